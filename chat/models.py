@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class ChatSession(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="chat_sessions"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="chat_sessions",
+    )
+    api_key = models.ForeignKey(
+        "tenants.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)
+    archived = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["user", "-updated_at"], name="session_user_recent")]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {str(self.id)[:8]}"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        SYSTEM = "system", "System"
+        USER = "user", "User"
+        ASSISTANT = "assistant", "Assistant"
+
+    class Status(models.TextChoices):
+        STREAMING = "streaming", "Streaming"
+        COMPLETE = "complete", "Complete"
+        INTERRUPTED = "interrupted", "Interrupted"
+        ERROR = "error", "Error"
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    error = models.TextField(blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    ttft_ms = models.PositiveIntegerField(null=True, blank=True, verbose_name="time to first token (ms)")
+    finish_reason = models.CharField(max_length=16, blank=True)
+    served_from_cache = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["session", "created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:60]}"
+
+
+class CachedReply(models.Model):
+    """An answer curated by staff, served for a matching single-turn question without the model."""
+
+    tenant = models.ForeignKey(
+        "tenants.Tenant",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="cached_replies",
+        help_text="Empty: every tenant.",
+    )
+    question = models.TextField()
+    normalized_key = models.CharField(max_length=512, db_index=True, editable=False)
+    answer = models.TextField()
+    enabled = models.BooleanField(default=True)
+    hits = models.PositiveIntegerField(default=0, editable=False)
+    last_hit_at = models.DateTimeField(null=True, blank=True, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "cached replies"
+        ordering = ["-updated_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "normalized_key"], name="cachedreply_tenant_key"
+            ),
+            models.UniqueConstraint(
+                fields=["normalized_key"],
+                condition=Q(tenant__isnull=True),
+                name="cachedreply_global_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.question[:80]
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        from chat.cache import normalize_question
+
+        self.normalized_key = normalize_question(self.question)
+        super().save(*args, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,31 @@
+"""Tiny typed readers for settings that come from the environment."""
+
+from __future__ import annotations
+
+import os
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer setting; a malformed value is kept as -1 so a system check can name it."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return -1
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [part.strip() for part in env_str(name, default).split(",") if part.strip()]
