@@ -13,7 +13,7 @@ from pathlib import Path
 import dj_database_url
 import django_stubs_ext
 
-from qassist.env import env_bool, env_int, env_list, env_str
+from qassist.env import env_bool, env_int, env_list, env_str, load_or_create_secret_key
 
 django_stubs_ext.monkeypatch()
 
@@ -21,10 +21,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("QASSIST_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "")
-if not SECRET_KEY and (DEBUG or env_bool("QASSIST_DEV", False)):
-    # Only a development server may run on a throwaway key; check qassist.E001 refuses otherwise.
-    SECRET_KEY = "insecure-development-key-do-not-use-in-production"  # noqa: S105
+# Unset: a random key is made once and kept in var/secret_key, so sessions and API keys
+# survive restarts of an embedded install. Several machines must share one SECRET_KEY.
+SECRET_KEY = env_str("SECRET_KEY", "") or load_or_create_secret_key(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
