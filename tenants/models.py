@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import datetime
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -77,7 +79,7 @@ class ApiKey(models.Model):
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name})"
 
-    def is_usable(self, now: timezone.datetime | None = None) -> bool:
+    def is_usable(self, now: datetime.datetime | None = None) -> bool:
         now = now or timezone.now()
         if self.revoked_at is not None and self.revoked_at <= now:
             return False

@@ -1,0 +1,261 @@
+"""The only module that touches llama.cpp: one context, one batch per step, per-sequence sampling.
+
+Everything else in `inference/` is pure Python and is driven in tests by a fake runner with the
+same surface (see `inference.engine.Runner`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import numpy as np
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from inference.scheduler import SchedulerOutput
+from inference.types import ChatMessage, Request
+
+logger = logging.getLogger("inference.llama")
+
+# llama.cpp keeps a raw pointer to the log callback: it must live as long as the process.
+_LOG_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+_log_callback: Any = None
+
+# ChatML, for a GGUF that carries no template of its own.
+_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class RunnerError(RuntimeError):
+    pass
+
+
+def install_log_callback() -> None:
+    """Send llama.cpp's logging to Python's (debug-level chatter stays at DEBUG)."""
+    global _log_callback
+    if _log_callback is not None:
+        return
+
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+    def _callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        message = text.decode("utf-8", errors="replace").rstrip()
+        if message:
+            logger.log(_LOG_LEVELS.get(level, logging.DEBUG), "%s", message)
+
+    _log_callback = _callback
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+def system_info() -> str:
+    return str(llama_cpp.llama_print_system_info().decode("utf-8", errors="replace"))
+
+
+class LlamaRunner:
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        n_seq_max: int,
+        n_ctx: int,
+        max_batch_tokens: int,
+        n_threads: int,
+        max_seq_tokens: int,
+    ) -> None:
+        install_log_callback()
+        llama_cpp.llama_backend_init()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        self.model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mparams)
+        if not self.model:
+            raise RunnerError(f"llama.cpp could not load the model at {model_path}")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = max_batch_tokens
+        cparams.n_ubatch = max_batch_tokens
+        cparams.n_seq_max = n_seq_max
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.kv_unified = True  # one pool of cells shared by all sequences
+        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            raise RunnerError("llama.cpp could not create the context (out of memory?)")
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
+        n_train = int(llama_cpp.llama_model_n_ctx_train(self.model))
+        self.max_seq_tokens = min(max_seq_tokens, self.n_ctx, n_train)
+        self.n_seq_max = n_seq_max
+        self._capacity = max_batch_tokens
+        self._init_batch(max_batch_tokens)
+
+        self._pieces: dict[int, bytes] = {}
+        self._samplers: dict[str, Any] = {}
+        self._formatter = self._chat_formatter()
+        self.last_decode_seconds = 0.0
+
+    # --- batch memory, owned by numpy so a step fills it with slices, not per-token ctypes ---
+
+    def _init_batch(self, capacity: int) -> None:
+        self._tokens = np.zeros(capacity, dtype=np.int32)
+        self._pos = np.zeros(capacity, dtype=np.int32)
+        self._n_seq = np.ones(capacity, dtype=np.int32)
+        self._seq = np.zeros(capacity, dtype=np.int32)
+        self._logits = np.zeros(capacity, dtype=np.int8)
+        base = self._seq.ctypes.data
+        self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(
+            *[ctypes.cast(base + 4 * i, ctypes.POINTER(ctypes.c_int32)) for i in range(capacity)]
+        )
+        # Any: the bindings type these fields as arrays; llama.cpp takes plain pointers.
+        batch: Any = llama_cpp.llama_batch()
+        batch.token = self._tokens.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.embd = ctypes.cast(0, ctypes.POINTER(ctypes.c_float))
+        batch.pos = self._pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.n_seq_id = self._n_seq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)))
+        batch.logits = self._logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self._batch = batch
+
+    # --- prompts and text ---------------------------------------------------------------------
+
+    def _chat_formatter(self) -> Jinja2ChatFormatter:
+        raw = llama_cpp.llama_model_chat_template(self.model, None)
+        template = raw.decode("utf-8") if raw else _CHATML
+        return Jinja2ChatFormatter(
+            template=template,
+            eos_token=self._token_text(llama_cpp.llama_vocab_eos(self.vocab)),
+            bos_token=self._token_text(llama_cpp.llama_vocab_bos(self.vocab)),
+        )
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self._piece(token, special=True).decode("utf-8", errors="replace")
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """Apply the model's own chat template and tokenize, ready for the assistant's turn."""
+        chat: Any = [{"role": m.role, "content": m.content} for m in messages]
+        rendered = self._formatter(messages=chat)
+        add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab)) and not rendered.added_special
+        return self.tokenize(rendered.prompt, add_special=add_bos)
+
+    def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        while True:
+            buf = (llama_cpp.llama_token * size)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, True)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def _piece(self, token: int, *, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return bytes(buf.raw[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self._piece(token, special=False)
+        return piece
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    # --- one step ---------------------------------------------------------------------------
+
+    def execute(self, out: SchedulerOutput) -> dict[str, int]:
+        """Apply KV moves, decode one batch, sample a next token for each request that needs one."""
+        for op in out.kv_ops:
+            llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.keep, -1)
+            if op.copy_from is not None and op.copy_len > 0:
+                llama_cpp.llama_memory_seq_cp(self.memory, op.copy_from, op.seq_id, 0, op.copy_len)
+        if out.is_empty:
+            return {}
+
+        n = 0
+        samples: list[tuple[Request, int]] = []
+        for d in out.decodes:
+            self._tokens[n], self._pos[n], self._seq[n], self._logits[n] = (
+                d.token,
+                d.pos,
+                d.seq_id,
+                1,
+            )
+            samples.append((d.request, n))
+            n += 1
+        for chunk in out.prefills:
+            k = len(chunk.tokens)
+            self._tokens[n : n + k] = chunk.tokens
+            self._pos[n : n + k] = np.arange(chunk.start, chunk.start + k, dtype=np.int32)
+            self._seq[n : n + k] = chunk.seq_id
+            self._logits[n : n + k] = 0
+            if chunk.completes_prompt:
+                self._logits[n + k - 1] = 1
+                samples.append((chunk.request, n + k - 1))
+            n += k
+        if n > self._capacity:
+            raise RunnerError(f"batch of {n} tokens exceeds the capacity {self._capacity}")
+        self._batch.n_tokens = n
+
+        started = time.perf_counter()
+        status = llama_cpp.llama_decode(self.ctx, self._batch)
+        self.last_decode_seconds = time.perf_counter() - started
+        if status != 0:
+            raise RunnerError(f"llama_decode failed with status {status}")
+        return {req.request_id: self._sample(req, idx) for req, idx in samples}
+
+    def _sample(self, req: Request, idx: int) -> int:
+        if req.params.greedy:
+            ptr = llama_cpp.llama_get_logits_ith(self.ctx, idx)
+            logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+            return int(logits.argmax())
+        sampler = self._samplers.get(req.request_id)
+        if sampler is None:
+            sampler = self._samplers[req.request_id] = self._make_sampler(req)
+        return int(llama_cpp.llama_sampler_sample(sampler, self.ctx, idx))
+
+    def _make_sampler(self, req: Request) -> Any:
+        p = req.params
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+        add = llama_cpp.llama_sampler_chain_add
+        if p.repeat_penalty != 1.0:
+            add(chain, llama_cpp.llama_sampler_init_penalties(64, p.repeat_penalty, 0.0, 0.0))
+        if p.temperature <= 0.0:
+            add(chain, llama_cpp.llama_sampler_init_greedy())
+            return chain
+        if p.top_k > 0:
+            add(chain, llama_cpp.llama_sampler_init_top_k(p.top_k))
+        add(chain, llama_cpp.llama_sampler_init_top_p(p.top_p, 1))
+        add(chain, llama_cpp.llama_sampler_init_temp(p.temperature))
+        seed = p.seed if p.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED
+        add(chain, llama_cpp.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return chain
+
+    def release(self, request: Request) -> None:
+        sampler = self._samplers.pop(request.request_id, None)
+        if sampler is not None:
+            llama_cpp.llama_sampler_free(sampler)
+
+    def close(self) -> None:
+        for sampler in self._samplers.values():
+            llama_cpp.llama_sampler_free(sampler)
+        self._samplers.clear()
+        if self.ctx:
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None

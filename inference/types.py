@@ -1,0 +1,210 @@
+"""Requests, their lifecycle and the events the engine emits. Pure Python: no Django, no llama.cpp.
+
+Events cross process boundaries as JSON (see `inference.transport`), so each has `to_dict` and
+`event_from_dict` rebuilds it.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED_STOPPED = "finished_stopped"
+    FINISHED_LENGTH = "finished_length"
+    FINISHED_CANCELLED = "finished_cancelled"
+    FINISHED_ERROR = "finished_error"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.value.startswith("finished")
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"  # end-of-generation token or a stop string
+    LENGTH = "length"  # max_tokens or the sequence's context limit
+    CANCELLED = "cancelled"  # the client stopped or went away
+    ERROR = "error"
+
+
+_STATUS_FOR_REASON = {
+    FinishReason.STOP: RequestStatus.FINISHED_STOPPED,
+    FinishReason.LENGTH: RequestStatus.FINISHED_LENGTH,
+    FinishReason.CANCELLED: RequestStatus.FINISHED_CANCELLED,
+    FinishReason.ERROR: RequestStatus.FINISHED_ERROR,
+}
+
+
+class ErrorCode(enum.StrEnum):
+    BUSY = "busy"  # the queue is full: retry later
+    PROMPT_TOO_LONG = "prompt_too_long"
+    INVALID_REQUEST = "invalid_request"
+    WORKER_DOWN = "worker_down"
+    SHUTTING_DOWN = "shutting_down"
+    INTERNAL = "internal"
+
+
+class EngineError(Exception):
+    """A request the engine refuses or cannot finish, with a code clients can act on."""
+
+    def __init__(self, code: ErrorCode, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 512
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    repeat_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0 and self.repeat_penalty == 1.0
+
+    def check(self) -> None:
+        """Raise EngineError(INVALID_REQUEST) for values no sampler can honour."""
+        problems = []
+        if self.max_tokens < 1:
+            problems.append("max_tokens must be at least 1")
+        if not 0.0 <= self.temperature <= 5.0:
+            problems.append("temperature must be between 0 and 5")
+        if not 0.0 < self.top_p <= 1.0:
+            problems.append("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            problems.append("top_k must be 0 (off) or more")
+        if not 0.0 < self.repeat_penalty <= 5.0:
+            problems.append("repeat_penalty must be in (0, 5]")
+        if len(self.stop) > 8 or any(not s or len(s) > 200 for s in self.stop):
+            problems.append("stop takes at most 8 non-empty strings of up to 200 characters")
+        if problems:
+            raise EngineError(ErrorCode.INVALID_REQUEST, "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["stop"] = list(self.stop)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SamplingParams:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if "stop" in known:
+            stop = known["stop"]
+            known["stop"] = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass
+class Request:
+    """One generation as the engine tracks it, from arrival to finish."""
+
+    request_id: str
+    prompt_tokens: list[int]
+    params: SamplingParams
+    priority: int = 0
+    arrival: float = field(default_factory=time.monotonic)
+    status: RequestStatus = RequestStatus.WAITING
+    seq_id: int | None = None
+    num_computed: int = 0  # prompt tokens whose KV is in the sequence
+    num_cached: int = 0  # of those, how many were reused instead of computed
+    output_tokens: list[int] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    first_token_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.num_computed >= len(self.prompt_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_tokens) + len(self.output_tokens)
+
+    def finish(self, reason: FinishReason) -> None:
+        self.status = _STATUS_FOR_REASON[reason]
+        self.finish_reason = reason
+        self.finished_at = time.monotonic()
+
+    def kv_tokens(self) -> list[int]:
+        """The tokens whose KV the sequence holds now (the last sampled token is never decoded)."""
+        if not self.prefill_done:
+            return self.prompt_tokens[: self.num_computed]
+        return self.prompt_tokens + self.output_tokens[:-1]
+
+
+# --- Events: what the engine tells the client about a request --------------------------------
+
+
+@dataclass(frozen=True)
+class Queued:
+    request_id: str
+    position: int  # 1 = next to start
+    type: str = "queued"
+
+
+@dataclass(frozen=True)
+class Delta:
+    request_id: str
+    text: str
+    type: str = "delta"
+
+
+@dataclass(frozen=True)
+class Done:
+    request_id: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    ttft_ms: int | None = None
+    total_ms: int = 0
+    type: str = "done"
+
+
+@dataclass(frozen=True)
+class Failed:
+    request_id: str
+    code: str
+    message: str
+    retry_after: float | None = None
+    type: str = "error"
+
+
+Event = Queued | Delta | Done | Failed
+_EVENT_TYPES: dict[str, type[Event]] = {
+    "queued": Queued,
+    "delta": Delta,
+    "done": Done,
+    "error": Failed,
+}
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    return asdict(event)
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    cls = _EVENT_TYPES[data["type"]]
+    fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+    return cls(**fields)
+
+
+def failed(request_id: str, error: EngineError) -> Failed:
+    return Failed(request_id, error.code.value, error.message, error.retry_after)
