@@ -1,0 +1,155 @@
+"""The inference worker loop: take requests, step the engine, publish events, keep a heartbeat.
+
+The loop is a handful of small methods that tests call one at a time with a fake runner and an
+in-memory transport. The same loop runs in `manage.py run_inference_worker` (Redis transport) and
+on a thread of the web process in the embedded mode (in-process transport).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from inference.engine import Engine
+from inference.types import ChatMessage, ErrorCode, Event, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A request as it travels from the web process to a worker."""
+
+    request_id: str
+    messages: tuple[ChatMessage, ...]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    priority: int = 0
+    submitted_at: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "messages": [{"role": m.role, "content": m.content} for m in self.messages],
+            "params": self.params.to_dict(),
+            "priority": self.priority,
+            "submitted_at": self.submitted_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Submission:
+        return cls(
+            request_id=str(data["request_id"]),
+            messages=tuple(
+                ChatMessage(str(m["role"]), str(m["content"])) for m in data["messages"]
+            ),
+            params=SamplingParams.from_dict(data.get("params") or {}),
+            priority=int(data.get("priority", 0)),
+            submitted_at=float(data.get("submitted_at", time.time())),
+        )
+
+
+class WorkerTransport(Protocol):
+    # True when requests wait in a queue shared by several workers: take only what can start.
+    shared_queue: bool
+
+    def fetch(self, limit: int, timeout: float) -> Sequence[Submission]: ...
+    def cancellations(self) -> Sequence[str]: ...
+    def publish(self, events: Sequence[Event]) -> None: ...
+    def heartbeat(self, stats: dict[str, Any]) -> None: ...
+
+
+class EngineWorker:
+    def __init__(
+        self,
+        engine: Engine,
+        transport: WorkerTransport,
+        *,
+        heartbeat_interval: float = 1.0,
+        idle_wait: float = 0.5,
+    ) -> None:
+        self.engine = engine
+        self.transport = transport
+        self.heartbeat_interval = heartbeat_interval
+        self.idle_wait = idle_wait
+        self.draining = False
+        self.stop_event = threading.Event()
+        self._last_heartbeat = 0.0
+        self.started_at = time.time()
+
+    def run_once(self) -> None:
+        self.apply_cancellations()
+        if not self.draining:
+            self.admit()
+        if self.engine.has_work:
+            self.transport.publish(self.engine.step())
+        self.maybe_heartbeat()
+
+    def apply_cancellations(self) -> None:
+        for request_id in self.transport.cancellations():
+            self.transport.publish(self.engine.abort(request_id))
+
+    def admit(self) -> None:
+        scheduler = self.engine.scheduler
+        if self.transport.shared_queue:
+            limit = scheduler.free_slots - self.engine.num_waiting
+        else:
+            limit = scheduler.free_slots + scheduler.waiting.max_size - self.engine.num_waiting + 1
+        if limit <= 0:
+            return
+        timeout = 0.0 if self.engine.has_work else self.idle_wait
+        for sub in self.transport.fetch(limit, timeout):
+            events = self.engine.add_request(
+                sub.request_id, sub.messages, sub.params, priority=sub.priority
+            )
+            self.transport.publish(events)
+
+    def maybe_heartbeat(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_heartbeat >= self.heartbeat_interval:
+            self._last_heartbeat = now
+            self.transport.heartbeat(self.status())
+
+    def status(self) -> dict[str, Any]:
+        stats = self.engine.stats
+        return {
+            "running": self.engine.num_running,
+            "waiting": self.engine.num_waiting,
+            "slots": self.engine.runner.n_seq_max,
+            "draining": self.draining,
+            "steps": stats.steps,
+            "generated_tokens": stats.generated_tokens,
+            "prefill_tokens": stats.prefill_tokens,
+            "cached_tokens": stats.cached_tokens,
+            "overhead_share": round(stats.overhead_share, 4),
+            "finished": dict(stats.finished),
+            "started_at": self.started_at,
+        }
+
+    def run_forever(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.run_once()
+            except Exception:  # one bad iteration must not kill every user's stream
+                logger.exception("inference worker iteration failed")
+                time.sleep(0.1)
+
+    def drain(self, timeout: float) -> None:
+        """Stop taking requests, let running ones finish, then end the rest with an error."""
+        self.draining = True
+        deadline = time.monotonic() + timeout
+        while self.engine.has_work and time.monotonic() < deadline:
+            self.apply_cancellations()
+            if self.engine.num_running == 0:
+                break  # only queued requests are left: they would never start here
+            self.transport.publish(self.engine.step())
+            self.maybe_heartbeat()
+        self.transport.publish(
+            self.engine.fail_all(
+                ErrorCode.SHUTTING_DOWN, "The assistant restarted before this reply finished."
+            )
+        )
+        self.maybe_heartbeat(force=True)
