@@ -103,11 +103,12 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 
 # --- Redis: channel layer, Celery broker, rate-limit counters, engine transport -------------
 REDIS_URL = env_str("REDIS_URL", "")
+QASSIST_REDIS_PREFIX = env_str("QASSIST_REDIS_PREFIX", "qassist")  # one per deployment
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("QASSIST_REDIS_PREFIX", "qassist")},
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{QASSIST_REDIS_PREFIX}:layer"},
         }
     }
     CELERY_BROKER_URL = REDIS_URL

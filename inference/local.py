@@ -1,0 +1,192 @@
+"""The embedded mode: the same engine loop on a thread of the web process, no Redis needed.
+
+`LocalTransport` is the worker's side (called on the engine thread); `LocalEngineClient` is the
+web side (asyncio). Events cross from the thread to the event loop with `call_soon_threadsafe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from inference.engine import Engine
+from inference.types import Done, ErrorCode, Event, Failed, FinishReason
+from inference.worker import EngineWorker, Submission
+
+logger = logging.getLogger(__name__)
+
+Listener = Callable[[Event], None]
+
+
+class LocalTransport:
+    shared_queue = False
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending: dict[str, Submission] = {}
+        self._cancels: list[str] = []
+        self._listeners: dict[str, Listener] = {}
+        self.last_status: dict[str, Any] = {}
+        self.last_beat = 0.0
+
+    # web side
+    def submit(self, sub: Submission, listener: Listener) -> None:
+        with self._cond:
+            self._listeners[sub.request_id] = listener
+            self._pending[sub.request_id] = sub
+            self._cond.notify()
+
+    def cancel(self, request_id: str) -> None:
+        with self._cond:
+            if self._pending.pop(request_id, None) is not None:
+                self._deliver(Done(request_id, FinishReason.CANCELLED.value, 0, 0))
+                return
+            self._cancels.append(request_id)
+            self._cond.notify()
+
+    def forget(self, request_id: str) -> None:
+        self._listeners.pop(request_id, None)
+
+    # engine side
+    def fetch(self, limit: int, timeout: float) -> Sequence[Submission]:
+        with self._cond:
+            if not self._pending and not self._cancels and timeout > 0:
+                self._cond.wait(timeout)
+            taken: list[Submission] = []
+            while self._pending and len(taken) < limit:
+                request_id = next(iter(self._pending))
+                taken.append(self._pending.pop(request_id))
+            return taken
+
+    def cancellations(self) -> Sequence[str]:
+        with self._cond:
+            ids, self._cancels = self._cancels, []
+            return ids
+
+    def publish(self, events: Sequence[Event]) -> None:
+        for event in events:
+            self._deliver(event)
+
+    def _deliver(self, event: Event) -> None:
+        listener = self._listeners.get(event.request_id)
+        if listener is not None:
+            listener(event)
+        if isinstance(event, Done | Failed):
+            self._listeners.pop(event.request_id, None)
+
+    def heartbeat(self, stats: dict[str, Any]) -> None:
+        self.last_status = stats
+        self.last_beat = time.time()
+
+
+class LocalEngineClient:
+    def __init__(
+        self, engine_factory: Callable[[], Engine], *, heartbeat_timeout: float = 10.0
+    ) -> None:
+        self._factory = engine_factory
+        self.heartbeat_timeout = heartbeat_timeout
+        self.transport = LocalTransport()
+        self.worker: EngineWorker | None = None
+        self.load_error: str | None = None
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._ready = threading.Event()
+
+    def start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="qassist-engine", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            engine = self._factory()
+        except Exception as exc:
+            logger.exception("the in-process engine could not start")
+            self.load_error = str(exc)
+            self._ready.set()
+            return
+        self.worker = EngineWorker(engine, self.transport)
+        self._ready.set()
+        self.worker.run_forever()
+        self.worker.drain(timeout=10.0)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        self.start()
+        return self._ready.wait(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return (
+            self._thread is not None
+            and self._thread.is_alive()
+            and self.worker is not None
+            and not self.worker.stop_event.is_set()
+        )
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.worker is not None:
+            self.worker.stop_event.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    async def generate(self, sub: Submission) -> AsyncIterator[Event]:
+        self.start()
+        if not self._ready.is_set():
+            await asyncio.get_running_loop().run_in_executor(None, self._ready.wait, 120.0)
+        if not self.alive:
+            reason = f": {self.load_error}" if self.load_error else ""
+            yield Failed(
+                sub.request_id, ErrorCode.WORKER_DOWN.value, f"The model is not running{reason}"
+            )
+            return
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[Event] = asyncio.Queue()
+
+        def listener(event: Event) -> None:
+            loop.call_soon_threadsafe(inbox.put_nowait, event)
+
+        self.transport.submit(sub, listener)
+        finished = False
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(inbox.get(), timeout=1.0)
+                except TimeoutError:
+                    if not self.alive:
+                        yield Failed(
+                            sub.request_id,
+                            ErrorCode.WORKER_DOWN.value,
+                            "The model stopped while generating this reply.",
+                        )
+                        finished = True
+                        return
+                    continue
+                finished = isinstance(event, Done | Failed)
+                yield event
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.transport.cancel(sub.request_id)
+            self.transport.forget(sub.request_id)
+
+    async def cancel(self, request_id: str) -> None:
+        self.transport.cancel(request_id)
+
+    async def health(self) -> dict[str, Any]:
+        if self.load_error:
+            return {"mode": "embedded", "ok": False, "error": self.load_error}
+        if not self._ready.is_set():
+            return {"mode": "embedded", "ok": False, "state": "loading"}
+        return {
+            "mode": "embedded",
+            "ok": self.alive,
+            "workers": [self.transport.last_status] if self.transport.last_status else [],
+        }

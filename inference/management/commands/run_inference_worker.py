@@ -1,0 +1,64 @@
+"""`manage.py run_inference_worker`: the one process per machine that owns the llama.cpp context."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from types import FrameType
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from inference.service import build_engine
+from inference.transport import RedisWorkerTransport
+from inference.worker import EngineWorker
+
+logger = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = "Run the batching inference worker: take requests from Redis, stream tokens back."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--drain-timeout",
+            type=float,
+            default=30.0,
+            help="On SIGTERM, seconds running replies get to finish before they end with an error.",
+        )
+        parser.add_argument("--worker-id", default=None, help="Name in health reports.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.REDIS_URL:
+            raise CommandError(
+                "REDIS_URL is not set. Without Redis the engine runs inside the web process "
+                "(embedded mode) and no separate worker is needed."
+            )
+        try:
+            engine = build_engine()
+        except FileNotFoundError as exc:
+            raise CommandError(str(exc)) from exc
+        transport = RedisWorkerTransport(
+            settings.REDIS_URL, prefix=settings.QASSIST_REDIS_PREFIX, worker_id=options["worker_id"]
+        )
+        worker = EngineWorker(engine, transport)
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            logger.info("signal %s: draining", signal.Signals(signum).name)
+            worker.stop_event.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        self.stdout.write(
+            f"inference worker {transport.worker_id}: {engine.runner.n_seq_max} sequences, "
+            f"{engine.runner.n_ctx} KV cells, up to {engine.runner.max_seq_tokens} tokens each"
+        )
+        worker.maybe_heartbeat(force=True)
+        try:
+            worker.run_forever()
+            worker.drain(options["drain_timeout"])
+        finally:
+            transport.retire()
+            transport.close()
+        self.stdout.write("inference worker stopped")

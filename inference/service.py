@@ -1,0 +1,90 @@
+"""Django's view of the engine: build it from settings, and one client per web process.
+
+Mode: `QASSIST_ENGINE=redis` (a separate `run_inference_worker` per machine, reached over Redis),
+`embedded` (the engine on a thread of this process) or `auto` (redis when REDIS_URL is set).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from django.conf import settings
+
+from inference import modelstore
+from inference.engine import Engine
+from inference.types import Event
+from inference.worker import Submission
+
+
+class EngineClient(Protocol):
+    def generate(self, sub: Submission) -> AsyncIterator[Event]: ...
+    async def cancel(self, request_id: str) -> None: ...
+    async def health(self) -> dict[str, Any]: ...
+
+
+def engine_mode() -> str:
+    mode = settings.QASSIST_ENGINE
+    if mode == "auto":
+        return "redis" if settings.REDIS_URL else "embedded"
+    return mode
+
+
+def build_engine() -> Engine:
+    """Load the configured model into a llama.cpp context (seconds) and wrap it in an engine."""
+    from inference.runner import LlamaRunner  # imports llama_cpp: only where a model runs
+
+    path = modelstore.resolve_model_path(settings.QASSIST_MODEL, settings.QASSIST_MODELS_DIR)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"model file {path} is missing: run `python manage.py fetch_model "
+            f"{settings.QASSIST_MODEL}`"
+        )
+    runner = LlamaRunner(
+        path,
+        n_seq_max=settings.QASSIST_PARALLEL,
+        n_ctx=settings.QASSIST_CONTEXT_SIZE,
+        max_batch_tokens=settings.QASSIST_BATCH_TOKENS,
+        n_threads=settings.QASSIST_THREADS,
+        max_seq_tokens=settings.QASSIST_MAX_SEQ_TOKENS,
+    )
+    return Engine(
+        runner, max_batch_tokens=settings.QASSIST_BATCH_TOKENS, max_queue=settings.QASSIST_MAX_QUEUE
+    )
+
+
+_client: EngineClient | None = None
+_lock = threading.Lock()
+
+
+def get_engine_client() -> EngineClient:
+    global _client
+    with _lock:
+        if _client is None:
+            _client = _make_client()
+        return _client
+
+
+def set_engine_client(client: EngineClient | None) -> None:
+    """Swap the process's client (tests use a fake runner behind a local client)."""
+    global _client
+    with _lock:
+        _client = client
+
+
+def _make_client() -> EngineClient:
+    if engine_mode() == "redis":
+        from inference.transport import RedisEngineClient
+
+        return RedisEngineClient(
+            settings.REDIS_URL,
+            prefix=settings.QASSIST_REDIS_PREFIX,
+            max_queue=settings.QASSIST_MAX_QUEUE,
+            heartbeat_timeout=settings.QASSIST_WORKER_HEARTBEAT_SECONDS,
+        )
+    from inference.local import LocalEngineClient
+
+    client = LocalEngineClient(build_engine)
+    client.start()
+    return client
