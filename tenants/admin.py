@@ -1,8 +1,26 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
 
 from tenants.models import ApiKey, Membership, Tenant, UsageRecord
+from tenants.services import (
+    ApiKeyStatus,
+    api_key_create,
+    api_key_filter_by_status,
+    api_key_revoke,
+    api_key_status,
+    check_tenant_slug,
+    usage_period_start,
+    usage_totals,
+)
 
 
 class MembershipInline(admin.TabularInline[Membership, Tenant]):
@@ -12,8 +30,17 @@ class MembershipInline(admin.TabularInline[Membership, Tenant]):
     readonly_fields = ["created_at"]
 
 
+class TenantAdminForm(forms.ModelForm[Tenant]):
+    def clean_slug(self) -> str:
+        slug: str = self.cleaned_data["slug"]
+        if "slug" in self.changed_data:  # a tenant made before the rule keeps its slug
+            check_tenant_slug(slug)
+        return slug
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin[Tenant]):
+    form = TenantAdminForm
     list_display = [
         "slug",
         "name",
@@ -28,7 +55,7 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
     list_filter = ["active", "priority"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
-    readonly_fields = ["created_at", "updated_at"]
+    readonly_fields = ["created_at", "updated_at", "usage_today", "usage_this_month"]
     inlines = [MembershipInline]
     fieldsets = [
         (None, {"fields": ["name", "slug", "active", "priority", "system_prompt"]}),
@@ -44,8 +71,31 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
                 ]
             },
         ),
+        ("Usage", {"fields": ["usage_today", "usage_this_month"]}),
         ("Audit", {"fields": ["created_at", "updated_at"]}),
     ]
+
+    @admin.display(description="usage today")
+    def usage_today(self, obj: Tenant) -> str:
+        return self._usage(obj, "day", obj.daily_token_quota)
+
+    @admin.display(description="usage this month")
+    def usage_this_month(self, obj: Tenant) -> str:
+        return self._usage(obj, "month", obj.monthly_token_quota)
+
+    def _usage(self, obj: Tenant, period: Literal["day", "month"], quota: int | None) -> str:
+        if obj.pk is None:
+            return "—"
+        totals = usage_totals(tenant=obj, since=usage_period_start(period=period))
+        text = (
+            f"{totals['total_tokens']:,} tokens ({totals['prompt_tokens']:,} prompt + "
+            f"{totals['completion_tokens']:,} completion) in {totals['requests']:,} requests"
+        )
+        if totals["rejected"]:
+            text += f", {totals['rejected']:,} rejected"
+        if quota:
+            text += f"; {totals['total_tokens'] / quota:.0%} of the {quota:,} token quota"
+        return text
 
 
 @admin.register(Membership)
@@ -57,13 +107,120 @@ class MembershipAdmin(admin.ModelAdmin[Membership]):
     readonly_fields = ["created_at"]
 
 
+class ApiKeyStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    statuses: dict[str, ApiKeyStatus] = {
+        "active": "active",
+        "expired": "expired",
+        "revoked": "revoked",
+    }
+
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> Iterable[tuple[str, str]]:
+        return [(status, status.capitalize()) for status in self.statuses]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        status = self.statuses.get(self.value() or "")
+        if status is None:
+            return queryset
+        return api_key_filter_by_status(queryset=queryset, status=status)
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
-    list_display = ["prefix", "name", "tenant", "created_at", "last_used_at", "expires_at", "revoked_at"]
-    list_filter = ["tenant", "revoked_at", "expires_at"]
+    """Keys are made by api_key_create: the add form asks only what a person decides."""
+
+    list_display = [
+        "prefix",
+        "name",
+        "tenant",
+        "status",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    ]
+    list_filter = [ApiKeyStatusFilter, "tenant", "expires_at"]
+    list_select_related = ["tenant"]
     search_fields = ["prefix", "name", "tenant__slug"]
-    readonly_fields = ["prefix", "created_at", "created_by", "last_used_at"]
     autocomplete_fields = ["tenant"]
+    actions = ["revoke_selected"]
+    add_fields = ["tenant", "name", "expires_at"]
+    change_fields = [
+        "tenant",
+        "prefix",
+        "status",
+        "name",
+        "expires_at",
+        "revoked_at",
+        "created_at",
+        "created_by",
+        "last_used_at",
+    ]
+    # Moving a key to another tenant or un-revoking it would surprise whoever audits it later.
+    change_readonly_fields = [
+        "tenant",
+        "prefix",
+        "status",
+        "revoked_at",
+        "created_at",
+        "created_by",
+        "last_used_at",
+    ]
+
+    # list[Any]: the stubs' field-group type is private and list is invariant.
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[Any]:
+        return list(self.change_fields if obj is not None else self.add_fields)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        return self.change_readonly_fields if obj is not None else []
+
+    @admin.display(description="status")
+    def status(self, obj: ApiKey) -> str:
+        return api_key_status(api_key=obj)
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        api_key, raw_key = api_key_create(
+            tenant=obj.tenant,
+            name=obj.name,
+            created_by=request.user if request.user.is_authenticated else None,
+            expires_at=obj.expires_at,
+        )
+        # The admin goes on with `obj` (log entry, redirect): make it the saved key.
+        obj.pk = api_key.pk
+        obj.refresh_from_db()
+        obj._state.adding = False
+        messages.success(
+            request,
+            format_html(
+                "New API key for {}: <code>{}</code><br>Copy it now: it is shown only this "
+                "once, qassist keeps only a digest and cannot show it again.",
+                api_key.tenant,
+                raw_key,
+            ),
+        )
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        now = timezone.now()
+        api_keys = list(queryset.select_related("tenant"))
+        revoked = 0
+        for api_key in api_keys:
+            if api_key_status(api_key=api_key, now=now) == "revoked":
+                continue
+            api_key_revoke(api_key=api_key, at=now)
+            self.log_change(request, api_key, [{"changed": {"fields": ["Revoked at"]}}])
+            revoked += 1
+        message = f"Revoked {revoked} API key(s)."
+        if revoked < len(api_keys):
+            message += f" {len(api_keys) - revoked} already revoked: left as they were."
+        self.message_user(request, message, messages.SUCCESS)
 
 
 @admin.register(UsageRecord)

@@ -1,0 +1,70 @@
+"""Personas shared by every test: two tenants, their people and a key.
+
+acme: `owner` (tenant admin), `member`; other_tenant (globex): `outsider`.
+Every persona's password is PASSWORD, for tests that log in through a form.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from pytest_django import Settings
+
+from tenants.models import ApiKey, Membership, Tenant
+from tenants.services import api_key_create, tenant_create
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Settings) -> None:
+    # The real hasher takes ~0.3 s per user on purpose; tests make many users.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def var_dir(settings: Settings, tmp_path: Path) -> Path:
+    """settings.VAR_DIR pointed at an empty temporary folder."""
+    path = tmp_path / "var"
+    path.mkdir()
+    settings.VAR_DIR = path
+    return path
+
+
+@pytest.fixture
+def tenant(db: None) -> Tenant:
+    return tenant_create(slug="acme", name="Acme")
+
+
+@pytest.fixture
+def other_tenant(db: None) -> Tenant:
+    return tenant_create(slug="globex", name="Globex")
+
+
+def _person(username: str, tenant: Tenant, role: str) -> User:
+    user = User.objects.create_user(username, f"{username}@example.com", PASSWORD)
+    Membership.objects.create(user=user, tenant=tenant, role=role)
+    return user
+
+
+@pytest.fixture
+def owner(tenant: Tenant) -> User:
+    return _person("owner", tenant, Membership.Role.ADMIN)
+
+
+@pytest.fixture
+def member(tenant: Tenant) -> User:
+    return _person("member", tenant, Membership.Role.MEMBER)
+
+
+@pytest.fixture
+def outsider(other_tenant: Tenant) -> User:
+    return _person("outsider", other_tenant, Membership.Role.MEMBER)
+
+
+@pytest.fixture
+def api_key(tenant: Tenant, owner: User) -> tuple[ApiKey, str]:
+    """acme's key and its raw secret (what a client sends as `Authorization: Bearer ...`)."""
+    return api_key_create(tenant=tenant, name="acme integration", created_by=owner)
