@@ -11,7 +11,7 @@ from chat.models import CachedReply, ChatSession, Message
 class MessageInline(admin.TabularInline[Message, ChatSession]):
     model = Message
     extra = 0
-    fields = ["created_at", "role", "status", "content", "completion_tokens", "served_from_cache"]
+    fields = ("created_at", "role", "status", "content", "completion_tokens", "served_from_cache")
     readonly_fields = fields
     can_delete = False
     show_change_link = True
@@ -51,7 +51,14 @@ class CachedReplyAdmin(admin.ModelAdmin[CachedReply]):
     list_display = ["question", "tenant", "enabled", "hits", "last_hit_at", "expires_at"]
     list_filter = ["enabled", "tenant", "expires_at"]
     search_fields = ["question", "answer", "normalized_key"]
-    readonly_fields = ["normalized_key", "hits", "last_hit_at", "created_by", "created_at", "updated_at"]
+    readonly_fields = [
+        "normalized_key",
+        "hits",
+        "last_hit_at",
+        "created_by",
+        "created_at",
+        "updated_at",
+    ]
     autocomplete_fields = ["tenant"]
 
     def save_model(self, request: HttpRequest, obj: CachedReply, form: Any, change: bool) -> None:

@@ -55,7 +55,9 @@ class Message(models.Model):
     error = models.TextField(blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
-    ttft_ms = models.PositiveIntegerField(null=True, blank=True, verbose_name="time to first token (ms)")
+    ttft_ms = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name="time to first token (ms)"
+    )
     finish_reason = models.CharField(max_length=16, blank=True)
     served_from_cache = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)

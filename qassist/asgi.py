@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP goes to Django, websockets to the chat consumer (authenticated, same origin)."""
+"""ASGI entry point: HTTP to Django, websockets to the chat consumer (logged in, same origin)."""
 
 import os
 
