@@ -1,0 +1,119 @@
+"""A fake runner: the engine's model seam, scripted and strict.
+
+Tokens are bytes: a token id is a UTF-8 byte value + 10 (ids below 10 are special; 1 is the end
+of generation). The reply to a conversation is scripted from its last message, so it does not
+depend on how requests are batched. Like llama.cpp, the fake keeps each sequence's KV (a token
+list) and checks every batch: positions must continue the sequence, and when a request samples,
+its sequence must hold exactly its prompt and its reply so far. A scheduler bug that leaks one
+conversation into another, or skips a position, fails loudly here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from inference.engine import Engine
+from inference.scheduler import SchedulerOutput
+from inference.types import ChatMessage, Request
+
+EOG = 1
+OFFSET = 10
+
+
+def encode(text: str) -> list[int]:
+    return [b + OFFSET for b in text.encode("utf-8")]
+
+
+def decode(tokens: Sequence[int]) -> str:
+    return bytes(t - OFFSET for t in tokens if t >= OFFSET).decode("utf-8", errors="replace")
+
+
+@dataclass
+class BatchRecord:
+    decodes: list[str]  # request ids
+    prefills: list[tuple[str, int]]  # (request id, chunk length)
+    num_tokens: int
+
+
+@dataclass
+class FakeRunner:
+    n_seq_max: int = 4
+    n_ctx: int = 4096
+    max_seq_tokens: int = 1024
+    step_delay: float = 0.0  # seconds each step "decodes", for tests that race a stop
+    reply_for: Callable[[str], str] = field(default=lambda prompt: f"echo: {prompt}")
+    last_decode_seconds: float = 0.0
+    kv: dict[int, list[int]] = field(default_factory=dict)
+    batches: list[BatchRecord] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    fail_next: bool = False
+    prompts: dict[tuple[int, ...], str] = field(default_factory=dict)
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
+        tokens = encode("".join(f"<{m.role}>{m.content}\n" for m in messages) + "<assistant>")
+        self.prompts[tuple(tokens)] = messages[-1].content
+        return tokens
+
+    def reply_tokens(self, request: Request) -> list[int]:
+        return [*encode(self.reply_for(self.prompts[tuple(request.prompt_tokens)])), EOG]
+
+    def token_bytes(self, token: int) -> bytes:
+        return bytes([token - OFFSET]) if token >= OFFSET else b""
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOG
+
+    def execute(self, out: SchedulerOutput) -> dict[str, int]:
+        for op in out.kv_ops:
+            held = self.kv.get(op.seq_id, [])
+            self.kv[op.seq_id] = held[: op.keep]
+            if op.copy_from is not None:
+                assert op.keep == 0, "a copy replaces the whole sequence"
+                self.kv[op.seq_id] = list(self.kv.get(op.copy_from, [])[: op.copy_len])
+                assert len(self.kv[op.seq_id]) == op.copy_len, "copied cells must exist"
+        if out.is_empty:
+            return {}
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("llama_decode failed with status -3")
+        for d in out.decodes:
+            self._append(d.seq_id, d.pos, [d.token])
+        for c in out.prefills:
+            self._append(c.seq_id, c.start, c.tokens)
+        self.batches.append(
+            BatchRecord(
+                [d.request.request_id for d in out.decodes],
+                [(c.request.request_id, len(c.tokens)) for c in out.prefills],
+                out.num_tokens,
+            )
+        )
+        if self.step_delay:
+            time.sleep(self.step_delay)
+        self.last_decode_seconds = self.step_delay
+        sampled = {}
+        for request in out.sampling_requests():
+            assert request.seq_id is not None
+            held = self.kv[request.seq_id]
+            assert held == request.prompt_tokens + request.output_tokens, (
+                f"sequence {request.seq_id} holds other tokens than request {request.request_id}"
+            )
+            script = self.reply_tokens(request)
+            sampled[request.request_id] = script[min(len(request.output_tokens), len(script) - 1)]
+        return sampled
+
+    def _append(self, seq_id: int, pos: int, tokens: list[int]) -> None:
+        held = self.kv.setdefault(seq_id, [])
+        assert pos == len(held), f"sequence {seq_id}: position {pos} after {len(held)} tokens"
+        held.extend(tokens)
+        assert sum(len(v) for v in self.kv.values()) <= self.n_ctx, "KV cells oversubscribed"
+
+    def release(self, request: Request) -> None:
+        self.released.append(request.request_id)
+
+
+def make_engine(
+    runner: FakeRunner | None = None, *, max_batch_tokens: int = 64, max_queue: int = 8
+) -> Engine:
+    return Engine(runner or FakeRunner(), max_batch_tokens=max_batch_tokens, max_queue=max_queue)
