@@ -120,7 +120,7 @@ class RedisWorkerTransport:
     def cancellations(self) -> Sequence[str]:
         ids: list[str] = []
         while True:
-            message = self._pubsub.get_message(timeout=None)
+            message = self._pubsub.get_message(timeout=0.0)
             if message is None:
                 return ids
             ids.append(message["data"].decode())
