@@ -56,7 +56,9 @@ class WorkerThread:
 
 
 def sub(rid=None, text="hi"):
-    return Submission(rid or uuid.uuid4().hex, (ChatMessage("user", text),), SamplingParams(temperature=0))
+    return Submission(
+        rid or uuid.uuid4().hex, (ChatMessage("user", text),), SamplingParams(temperature=0)
+    )
 
 
 def client(prefix, **kwargs):
