@@ -112,6 +112,9 @@ class FakeRunner:
     def release(self, request: Request) -> None:
         self.released.append(request.request_id)
 
+    def close(self) -> None:
+        self.kv.clear()
+
 
 def make_engine(
     runner: FakeRunner | None = None, *, max_batch_tokens: int = 64, max_queue: int = 8

@@ -61,4 +61,5 @@ class Command(BaseCommand):
         finally:
             transport.retire()
             transport.close()
+            engine.runner.close()
         self.stdout.write("inference worker stopped")
