@@ -1,5 +1,7 @@
 """The engine driven by the strict fake runner: text, stops, limits, errors, reuse."""
 
+from typing import Any
+
 from inference.types import ChatMessage, Delta, Done, ErrorCode, Failed, Queued, SamplingParams
 from tests.fakes import FakeRunner, make_engine
 
@@ -11,7 +13,7 @@ def ask(engine, rid, text, **params):
 
 
 def run(engine, max_steps=10_000):
-    events: list = []
+    events: list[Any] = []
     for _ in range(max_steps):
         if not engine.has_work:
             return events
@@ -20,7 +22,7 @@ def run(engine, max_steps=10_000):
 
 
 def texts(events):
-    out: dict = {}
+    out: dict[str, str] = {}
     for e in events:
         if isinstance(e, Delta):
             out[e.request_id] = out.get(e.request_id, "") + e.text
