@@ -21,7 +21,7 @@ from django.http import Http404
 from chat import services
 from chat.services import ChatError, Turn
 from inference.service import get_engine_client
-from inference.types import Delta, Done, Failed, Queued, SamplingParams
+from inference.types import Delta, Done, Failed, Queued
 from inference.worker import Submission
 from tenants.models import Tenant
 from tenants.services import membership_for
@@ -156,7 +156,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         sub = Submission(
             request_id=request_id,
             messages=tuple(turn.conversation),
-            params=SamplingParams(max_tokens=services.default_max_tokens()),
+            params=services.default_sampling(),
             priority=self.tenant.priority,
         )
         parts: list[str] = []

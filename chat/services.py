@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from chat.cache import normalize_question
 from chat.models import CachedReply, ChatSession, Message
-from inference.types import ChatMessage
+from inference.types import ChatMessage, SamplingParams
 from tenants.models import Tenant, UsageRecord
 
 MAX_MESSAGE_CHARS = 32_000
@@ -298,5 +298,9 @@ def cached_reply_lookup(*, tenant: Tenant, conversation: list[ChatMessage]) -> C
     return reply
 
 
-def default_max_tokens() -> int:
-    return int(settings.QASSIST_DEFAULT_MAX_TOKENS)
+def default_sampling() -> SamplingParams:
+    """What a chat reply is generated with: the deployment's defaults."""
+    return SamplingParams(
+        max_tokens=int(settings.QASSIST_DEFAULT_MAX_TOKENS),
+        temperature=float(settings.QASSIST_DEFAULT_TEMPERATURE),
+    )

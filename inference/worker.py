@@ -125,6 +125,8 @@ class EngineWorker:
             "prefill_tokens": stats.prefill_tokens,
             "cached_tokens": stats.cached_tokens,
             "overhead_share": round(stats.overhead_share, 4),
+            "step_seconds": round(stats.step_seconds, 4),
+            "decode_seconds": round(stats.decode_seconds, 4),
             "finished": dict(stats.finished),
             "started_at": self.started_at,
         }

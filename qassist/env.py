@@ -29,6 +29,17 @@ def env_int(name: str, default: int) -> int:
         return -1
 
 
+def env_float(name: str, default: float) -> float:
+    """A float setting; a malformed value is kept as -1.0 so a system check can name it."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        return -1.0
+
+
 def env_list(name: str, default: str = "") -> list[str]:
     return [part.strip() for part in env_str(name, default).split(",") if part.strip()]
 

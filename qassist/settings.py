@@ -13,7 +13,7 @@ from pathlib import Path
 import dj_database_url
 import django_stubs_ext
 
-from qassist.env import env_bool, env_int, env_list, env_str, load_or_create_secret_key
+from qassist.env import env_bool, env_float, env_int, env_list, env_str, load_or_create_secret_key
 
 django_stubs_ext.monkeypatch()
 
@@ -124,7 +124,9 @@ else:
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "interrupt-stale-replies": {"task": "chat.tasks.interrupt_stale_replies", "schedule": 60.0},
+}
 
 # --- The model and the inference engine ------------------------------------------------------
 QASSIST_MODEL = env_str("QASSIST_MODEL", "smollm2-135m")  # a registry name or a .gguf path
@@ -136,6 +138,7 @@ QASSIST_THREADS = env_int("QASSIST_THREADS", os.cpu_count() or 2)
 QASSIST_BATCH_TOKENS = env_int("QASSIST_BATCH_TOKENS", 256)  # token budget of one engine step
 QASSIST_MAX_QUEUE = env_int("QASSIST_MAX_QUEUE", 64)  # requests waiting beyond the running ones
 QASSIST_DEFAULT_MAX_TOKENS = env_int("QASSIST_DEFAULT_MAX_TOKENS", 512)
+QASSIST_DEFAULT_TEMPERATURE = env_float("QASSIST_DEFAULT_TEMPERATURE", 0.7)
 QASSIST_WORKER_HEARTBEAT_SECONDS = env_int("QASSIST_WORKER_HEARTBEAT_SECONDS", 5)
 # "auto": a separate worker when REDIS_URL is set, the in-process engine otherwise.
 QASSIST_ENGINE = env_str("QASSIST_ENGINE", "auto")

@@ -1,0 +1,67 @@
+"""The raw ceiling: llama.cpp batched greedy decode from Python, no server, no scheduler.
+
+C sequences, each prefilled with its chat prompt, then decoded together one token each per
+`llama_decode` for a fixed number of steps. Only the decode phase is timed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from inference.runner import LlamaRunner
+from inference.scheduler import DecodeItem, PrefillChunk, SchedulerOutput
+from inference.types import ChatMessage, Request, SamplingParams
+
+
+def batched_decode_tokens_per_second(
+    model: Path, *, concurrency: int, prompts: list[str], steps: int, threads: int
+) -> float:
+    runner = LlamaRunner(
+        model,
+        n_seq_max=concurrency,
+        n_ctx=concurrency * (steps + 256),
+        max_batch_tokens=512,
+        n_threads=threads,
+        max_seq_tokens=steps + 256,
+    )
+    try:
+        greedy = SamplingParams(temperature=0, max_tokens=steps)
+        requests = []
+        for i in range(concurrency):
+            tokens = runner.render_prompt([ChatMessage("user", prompts[i % len(prompts)])])
+            request = Request(f"c{i}", tokens, greedy, seq_id=i)
+            requests.append(request)
+            sampled = runner.execute(
+                SchedulerOutput(prefills=[PrefillChunk(request, i, 0, tokens)])
+            )
+            request.output_tokens.append(sampled[request.request_id])
+        started = time.perf_counter()
+        for _ in range(steps):
+            out = SchedulerOutput(
+                decodes=[
+                    DecodeItem(r, r.seq_id or 0, r.output_tokens[-1], r.num_tokens - 1)
+                    for r in requests
+                ]
+            )
+            sampled = runner.execute(out)
+            for r in requests:
+                r.output_tokens.append(sampled[r.request_id])
+        elapsed = time.perf_counter() - started
+        return concurrency * steps / elapsed
+    finally:
+        runner.close()
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use
+    import sys
+
+    from bench.prompts import PROMPTS
+
+    for c in (1, 4, 8, 16):
+        tps = batched_decode_tokens_per_second(
+            Path(sys.argv[1]), concurrency=c, prompts=PROMPTS, steps=128, threads=2
+        )
+        print(c, round(tps, 1), np.round(tps / c, 1))
