@@ -136,8 +136,17 @@ def _touch(session: ChatSession) -> None:
     session.save(update_fields=["updated_at"])
 
 
+STALE_STREAM_SECONDS = 120  # a "streaming" reply not written to for this long was orphaned
+
+
 def _no_reply_in_progress(session: ChatSession) -> None:
-    if session.messages.filter(status=Message.Status.STREAMING).exists():
+    streaming = session.messages.filter(status=Message.Status.STREAMING)
+    cutoff = timezone.now() - timedelta(seconds=STALE_STREAM_SECONDS)
+    # A process that died mid-reply leaves it "streaming": keep its text, mark it interrupted.
+    streaming.filter(updated_at__lt=cutoff).update(
+        status=Message.Status.INTERRUPTED, finish_reason="error", error="The reply was cut off."
+    )
+    if streaming.exists():
         raise ChatError("busy_session", "A reply is still being written in this conversation.")
 
 
@@ -267,7 +276,7 @@ def _usage_status(finish_reason: str, error: str) -> str:
     return UsageRecord.Status.OK
 
 
-def replies_interrupt_stale(*, older_than_seconds: int = 120) -> int:
+def replies_interrupt_stale(*, older_than_seconds: int = STALE_STREAM_SECONDS) -> int:
     """Replies left 'streaming' by a process that died are marked interrupted, text kept."""
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     return Message.objects.filter(status=Message.Status.STREAMING, updated_at__lt=cutoff).update(

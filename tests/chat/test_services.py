@@ -1,0 +1,204 @@
+from datetime import timedelta
+
+import pytest
+from django.http import Http404
+from django.utils import timezone
+
+from chat import services
+from chat.models import CachedReply, Message
+from chat.services import ChatError
+from inference.types import ChatMessage
+from tenants.models import UsageRecord
+
+pytestmark = pytest.mark.django_db
+
+
+def send(user, tenant, content="Hello there", session_id=None):
+    return services.message_send(user=user, tenant=tenant, session_id=session_id, content=content)
+
+
+def test_a_first_message_creates_a_titled_session_and_a_streaming_reply(member, tenant):
+    turn = send(member, tenant, "How do I reset my VPN password?")
+    assert turn.session_created
+    assert turn.session.title == "How do I reset my VPN password?"
+    assert turn.reply.status == Message.Status.STREAMING
+    assert turn.conversation == [ChatMessage("user", "How do I reset my VPN password?")]
+
+
+def test_a_long_first_message_gets_a_short_title(member, tenant):
+    turn = send(member, tenant, "word " * 50)
+    assert len(turn.session.title) <= services.TITLE_CHARS + 1
+    assert turn.session.title.endswith("…")
+
+
+@pytest.mark.parametrize("content", ["", "   \n", None, 42, "x" * 32_001])
+def test_empty_or_oversized_messages_are_refused_and_nothing_is_stored(member, tenant, content):
+    with pytest.raises(ChatError) as err:
+        send(member, tenant, content)
+    assert err.value.code == "invalid_message"
+    assert not Message.objects.exists()
+
+
+def test_the_conversation_starts_with_the_tenants_system_prompt(member, tenant):
+    tenant.system_prompt = "You answer for Acme's IT desk."
+    tenant.save()
+    turn = send(member, tenant)
+    assert turn.conversation[0] == ChatMessage("system", "You answer for Acme's IT desk.")
+
+
+def test_a_follow_up_carries_the_history_but_not_failed_replies(member, tenant):
+    first = send(member, tenant, "one")
+    services.reply_finish(reply_id=first.reply.id, content="", finish_reason="error", error="boom")
+    second = send(member, tenant, "two", session_id=first.session.id)
+    assert [m.content for m in second.conversation] == ["one", "two"]
+
+
+def test_someone_elses_session_is_not_found(member, outsider, tenant, other_tenant):
+    turn = send(member, tenant)
+    services.reply_finish(reply_id=turn.reply.id, content="hi", finish_reason="stop")
+    with pytest.raises(Http404):
+        send(outsider, other_tenant, "let me in", session_id=turn.session.id)
+
+
+def test_a_second_message_while_a_reply_streams_is_refused(member, tenant):
+    turn = send(member, tenant)
+    with pytest.raises(ChatError) as err:
+        send(member, tenant, "again", session_id=turn.session.id)
+    assert err.value.code == "busy_session"
+
+
+def test_a_reply_orphaned_by_a_dead_process_does_not_block_the_session(member, tenant):
+    turn = send(member, tenant)
+    services.reply_save_progress(reply_id=turn.reply.id, content="partial")
+    Message.objects.filter(id=turn.reply.id).update(
+        updated_at=timezone.now() - timedelta(seconds=services.STALE_STREAM_SECONDS + 1)
+    )
+    send(member, tenant, "still there?", session_id=turn.session.id)
+    orphan = Message.objects.get(id=turn.reply.id)
+    assert orphan.status == Message.Status.INTERRUPTED
+    assert orphan.content == "partial"
+
+
+def test_finishing_a_reply_stores_it_and_records_usage(member, tenant):
+    turn = send(member, tenant)
+    services.reply_finish(
+        reply_id=turn.reply.id,
+        content="Hi!",
+        finish_reason="stop",
+        prompt_tokens=12,
+        completion_tokens=3,
+        ttft_ms=80,
+        latency_ms=200,
+    )
+    reply = Message.objects.get(id=turn.reply.id)
+    assert (reply.status, reply.content, reply.completion_tokens) == ("complete", "Hi!", 3)
+    usage = UsageRecord.objects.get()
+    assert (usage.tenant, usage.user, usage.total_tokens, usage.status) == (
+        tenant,
+        member,
+        15,
+        "ok",
+    )
+
+
+def test_a_stopped_reply_keeps_its_text_marked_interrupted(member, tenant):
+    turn = send(member, tenant)
+    services.reply_finish(reply_id=turn.reply.id, content="Half an ans", finish_reason="cancelled")
+    reply = Message.objects.get(id=turn.reply.id)
+    assert reply.status == Message.Status.INTERRUPTED
+    assert reply.content == "Half an ans"
+    assert UsageRecord.objects.get().status == "cancelled"
+
+
+def test_a_failed_reply_with_text_keeps_the_text(member, tenant):
+    turn = send(member, tenant)
+    services.reply_finish(
+        reply_id=turn.reply.id, content="Some", finish_reason="error", error="worker stopped"
+    )
+    reply = Message.objects.get(id=turn.reply.id)
+    assert reply.status == Message.Status.INTERRUPTED
+    assert reply.error == "worker stopped"
+
+
+def test_regenerate_replaces_the_last_reply(member, tenant):
+    turn = send(member, tenant, "question")
+    services.reply_finish(reply_id=turn.reply.id, content="meh", finish_reason="stop")
+    again = services.message_regenerate(user=member, session_id=turn.session.id)
+    assert not Message.objects.filter(id=turn.reply.id).exists()
+    assert again.user_message.id == turn.user_message.id
+    assert [m.content for m in again.conversation] == ["question"]
+
+
+def test_edit_rewrites_the_last_user_message_and_answers_it_afresh(member, tenant):
+    turn = send(member, tenant, "teh question")
+    services.reply_finish(reply_id=turn.reply.id, content="?", finish_reason="stop")
+    edited = services.message_edit_last(
+        user=member, session_id=turn.session.id, content="the question"
+    )
+    assert edited.user_message.content == "the question"
+    assert [m.content for m in edited.conversation] == ["the question"]
+    assert Message.objects.filter(session=turn.session).count() == 2
+
+
+def cached(tenant=None, question="What is the VPN address?", answer="vpn.acme.example", **kw):
+    return CachedReply.objects.create(tenant=tenant, question=question, answer=answer, **kw)
+
+
+def test_a_cached_reply_matches_regardless_of_case_width_and_punctuation(tenant):
+    reply = cached()
+    match = services.cached_reply_lookup(
+        tenant=tenant, conversation=[ChatMessage("user", "  what is the ＶＰＮ address？ ")]
+    )
+    assert match == reply
+    reply.refresh_from_db()
+    assert reply.hits == 1
+    assert reply.last_hit_at is not None
+
+
+def test_a_tenants_own_cached_reply_wins_over_the_global_one(tenant):
+    cached(answer="global")
+    own = cached(tenant=tenant, answer="acme's own")
+    match = services.cached_reply_lookup(
+        tenant=tenant, conversation=[ChatMessage("user", "What is the VPN address?")]
+    )
+    assert match == own
+
+
+def test_another_tenants_cached_reply_is_never_served(tenant, other_tenant):
+    cached(tenant=other_tenant)
+    assert (
+        services.cached_reply_lookup(
+            tenant=tenant, conversation=[ChatMessage("user", "What is the VPN address?")]
+        )
+        is None
+    )
+
+
+def test_cached_replies_are_not_replayed_into_a_multi_turn_conversation(tenant):
+    cached()
+    conversation = [
+        ChatMessage("user", "We moved offices."),
+        ChatMessage("assistant", "Noted."),
+        ChatMessage("user", "What is the VPN address?"),
+    ]
+    assert services.cached_reply_lookup(tenant=tenant, conversation=conversation) is None
+
+
+def test_disabled_and_expired_cached_replies_are_ignored(tenant):
+    cached(enabled=False)
+    cached(tenant=tenant, expires_at=timezone.now() - timedelta(minutes=1))
+    assert (
+        services.cached_reply_lookup(
+            tenant=tenant, conversation=[ChatMessage("user", "What is the VPN address?")]
+        )
+        is None
+    )
+
+
+def test_a_system_prompt_does_not_stop_a_single_question_from_matching(tenant):
+    reply = cached()
+    conversation = [
+        ChatMessage("system", "Be brief."),
+        ChatMessage("user", "What is the VPN address"),
+    ]
+    assert services.cached_reply_lookup(tenant=tenant, conversation=conversation) == reply
