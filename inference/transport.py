@@ -225,9 +225,8 @@ class RedisEngineClient:
             )
             return
         last_id = "0-0"
-        position = int(rank) + 1
+        position = 0  # told only if it is still waiting after a poll: most start at once
         unowned_polls = 0
-        yield Queued(rid, position)
         events_key = self.keys.events(rid)
         while True:
             reply = await self.redis.xread({events_key: last_id}, block=self.poll_ms, count=100)

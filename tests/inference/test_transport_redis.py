@@ -151,3 +151,23 @@ async def test_health_lists_live_workers_and_their_load(prefix):
         health = await c.health()
     assert health["ok"] is True
     assert health["workers"][0]["slots"] == 4
+
+
+async def test_a_request_still_waiting_after_a_poll_hears_its_queue_position(prefix):
+    transport = RedisWorkerTransport(REDIS_URL, prefix=prefix)
+    transport.heartbeat({})  # alive, but taking nothing
+    c = client(prefix)
+    heard = []
+
+    async def listen(rid):
+        async for event in c.generate(sub(rid)):
+            heard.append((rid, event))
+
+    tasks = [asyncio.ensure_future(listen("one")), asyncio.ensure_future(listen("two"))]
+    await asyncio.sleep(0.7)
+    positions = {rid: e.position for rid, e in heard if e.type == "queued"}
+    assert positions == {"one": 1, "two": 2}
+    await c.cancel("one")
+    await c.cancel("two")
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    transport.close()
