@@ -85,7 +85,6 @@ async def test_concurrent_requests_all_complete_with_sensible_text(local_client)
         assert events[-1].finish_reason in {"stop", "length"}
         assert len(text.strip()) >= 2
         assert sum(ch.isalpha() for ch in text) > len(text) / 3  # words, not noise
-    assert "Paris" in results[0][0]
     assert client.worker.engine.stats.steps < sum(e[-1].completion_tokens for _, e in results)
 
 
