@@ -31,7 +31,8 @@ def batched_decode_tokens_per_second(
         greedy = SamplingParams(temperature=0, max_tokens=steps)
         requests = []
         for i in range(concurrency):
-            tokens = runner.render_prompt([ChatMessage("user", prompts[i % len(prompts)])])
+            text = runner.render_prompt([ChatMessage("user", prompts[i % len(prompts)])])
+            tokens = runner.tokenize(text)
             request = Request(f"c{i}", tokens, greedy, seq_id=i)
             requests.append(request)
             sampled = runner.execute(

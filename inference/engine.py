@@ -38,7 +38,8 @@ class Runner(Protocol):
     max_seq_tokens: int
     last_decode_seconds: float
 
-    def render_prompt(self, messages: Sequence[ChatMessage]) -> list[int]: ...
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str: ...
+    def tokenize(self, text: str, *, continuation: bool = False) -> list[int]: ...
     def token_bytes(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
     def execute(self, out: SchedulerOutput) -> dict[str, int]: ...
@@ -88,6 +89,7 @@ class Engine:
         self.stats = EngineStats()
         self._streams: dict[str, TextStream] = {}
         self._told_position: dict[str, int] = {}
+        self._kept: dict[int, tuple[str, list[int]]] = {}  # seq id -> (text, tokens) kept
 
     # --- requests in and out -----------------------------------------------------------------
 
@@ -126,11 +128,12 @@ class Engine:
         if not messages:
             raise EngineError(ErrorCode.INVALID_REQUEST, "messages must not be empty")
         try:
-            prompt = self.runner.render_prompt(messages)
+            text = self.runner.render_prompt(messages)
         except Exception as exc:  # a template that rejects the conversation's shape
             raise EngineError(
                 ErrorCode.INVALID_REQUEST, f"cannot format the conversation: {exc}"
             ) from exc
+        prompt = self._tokenize_prompt(text)
         limit = self.runner.max_seq_tokens
         if len(prompt) >= limit:
             raise EngineError(
@@ -141,7 +144,41 @@ class Engine:
         room = limit - len(prompt)
         if params.max_tokens > room:
             params = dataclasses.replace(params, max_tokens=room)
-        return Request(request_id, prompt, params, priority=priority)
+        return Request(request_id, prompt, params, priority=priority, prompt_text=text)
+
+    def _tokenize_prompt(self, text: str) -> list[int]:
+        """Tokens for a rendered prompt, reusing a kept sequence's exact tokens when its text is
+        a prefix. A follow-up turn's prompt holds the previous reply as text; tokenising that
+        text afresh can give other tokens than the ones generated (" Cor" "io" "b" vs " Cor"
+        "i" "ob"), which would stop KV reuse at the reply's first token."""
+        best: tuple[str, list[int]] | None = None
+        for seq_id, (kept_text, kept_tokens) in self._kept.items():
+            if (
+                (best is None or len(kept_text) > len(best[0]))
+                and text.startswith(kept_text)
+                and self.scheduler.slots[seq_id].tokens[: len(kept_tokens)] == kept_tokens
+            ):
+                best = (kept_text, kept_tokens)
+        if best is None:
+            return self.runner.tokenize(text)
+        return best[1] + self.runner.tokenize(text[len(best[0]) :], continuation=True)
+
+    def _keep_text(self, request: Request) -> None:
+        """Remember the text of what a finished request leaves in its sequence."""
+        if request.seq_id is None:
+            return
+        self._kept.pop(request.seq_id, None)
+        if not request.prefill_done or not request.prompt_text:
+            return
+        generated = request.output_tokens[:-1]
+        pieces = [self.runner.token_bytes(t) for t in generated]
+        if not all(pieces):  # a special token has no text: the text would not match the KV
+            return
+        try:
+            reply = b"".join(pieces).decode("utf-8")
+        except UnicodeDecodeError:
+            return
+        self._kept[request.seq_id] = (request.prompt_text + reply, request.kv_tokens())
 
     def abort(self, request_id: str) -> list[Event]:
         request = self.scheduler.get(request_id)
@@ -247,6 +284,7 @@ class Engine:
         return events
 
     def _done(self, request: Request) -> Done:
+        self._keep_text(request)
         self._forget(request)
         completion = len(request.output_tokens)
         if (

@@ -129,10 +129,11 @@ class LlamaRunner:
     def _chat_formatter(self) -> Jinja2ChatFormatter:
         raw = llama_cpp.llama_model_chat_template(self.model, None)
         template = raw.decode("utf-8") if raw else _CHATML
+        self._bos_text = self._token_text(llama_cpp.llama_vocab_bos(self.vocab))
         return Jinja2ChatFormatter(
             template=template,
             eos_token=self._token_text(llama_cpp.llama_vocab_eos(self.vocab)),
-            bos_token=self._token_text(llama_cpp.llama_vocab_bos(self.vocab)),
+            bos_token=self._bos_text,
         )
 
     def _token_text(self, token: int) -> str:
@@ -140,19 +141,24 @@ class LlamaRunner:
             return ""
         return self._piece(token, special=True).decode("utf-8", errors="replace")
 
-    def render_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
-        """Apply the model's own chat template and tokenize, ready for the assistant's turn."""
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str:
+        """The model's own chat template applied, ready for the assistant's turn."""
         chat: Any = [{"role": m.role, "content": m.content} for m in messages]
-        rendered = self._formatter(messages=chat)
-        add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab)) and not rendered.added_special
-        return self.tokenize(rendered.prompt, add_special=add_bos)
+        return str(self._formatter(messages=chat).prompt)
 
-    def tokenize(self, text: str, *, add_special: bool = False) -> list[int]:
+    def tokenize(self, text: str, *, continuation: bool = False) -> list[int]:
+        """Tokens of `text`; special tokens in it (<|im_start|>) are parsed as such. A BOS is
+        added where the model wants one, unless `text` continues tokens already in a sequence."""
+        add_bos = (
+            not continuation
+            and bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+            and not (self._bos_text and text.startswith(self._bos_text))
+        )
         data = text.encode("utf-8")
         size = len(data) + 8
         while True:
             buf = (llama_cpp.llama_token * size)()
-            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, True)
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, size, add_bos, True)
             if n >= 0:
                 return list(buf[:n])
             size = -n

@@ -119,6 +119,7 @@ class Request:
     prompt_tokens: list[int]
     params: SamplingParams
     priority: int = 0
+    prompt_text: str = ""  # the rendered prompt the tokens came from, when known
     arrival: float = field(default_factory=time.monotonic)
     status: RequestStatus = RequestStatus.WAITING
     seq_id: int | None = None

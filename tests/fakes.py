@@ -20,6 +20,7 @@ from inference.types import ChatMessage, Request
 
 EOG = 1
 OFFSET = 10
+PAIR = 100_000  # ids of two-letter tokens, made only by tokenize(merge_pairs=True)
 
 
 def encode(text: str) -> list[int]:
@@ -27,7 +28,12 @@ def encode(text: str) -> list[int]:
 
 
 def decode(tokens: Sequence[int]) -> str:
-    return bytes(t - OFFSET for t in tokens if t >= OFFSET).decode("utf-8", errors="replace")
+    data = b"".join(
+        bytes(divmod(t - PAIR, 256)) if t >= PAIR else bytes([t - OFFSET])
+        for t in tokens
+        if t >= OFFSET
+    )
+    return data.decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -49,17 +55,38 @@ class FakeRunner:
     batches: list[BatchRecord] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     fail_next: bool = False
-    prompts: dict[tuple[int, ...], str] = field(default_factory=dict)
+    merge_pairs: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)
 
-    def render_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
-        tokens = encode("".join(f"<{m.role}>{m.content}\n" for m in messages) + "<assistant>")
-        self.prompts[tuple(tokens)] = messages[-1].content
-        return tokens
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str:
+        text = "".join(f"<{m.role}>{m.content}\n" for m in messages) + "<assistant>"
+        self.prompts[text] = messages[-1].content
+        return text
+
+    def tokenize(self, text: str, *, continuation: bool = False) -> list[int]:
+        tokens = encode(text)
+        if not self.merge_pairs:
+            return tokens
+        # Like a real BPE vocabulary: tokenising text can give other tokens than generating it.
+        merged: list[int] = []
+        for t in tokens:
+            if (
+                merged
+                and merged[-1] < PAIR
+                and chr(merged[-1] - OFFSET).isalpha()
+                and chr(t - OFFSET).isalpha()
+            ):
+                merged[-1] = PAIR + (merged[-1] - OFFSET) * 256 + (t - OFFSET)
+            else:
+                merged.append(t)
+        return merged
 
     def reply_tokens(self, request: Request) -> list[int]:
-        return [*encode(self.reply_for(self.prompts[tuple(request.prompt_tokens)])), EOG]
+        return [*encode(self.reply_for(self.prompts[decode(request.prompt_tokens)])), EOG]
 
     def token_bytes(self, token: int) -> bytes:
+        if token >= PAIR:
+            return bytes(divmod(token - PAIR, 256))
         return bytes([token - OFFSET]) if token >= OFFSET else b""
 
     def is_eog(self, token: int) -> bool:

@@ -3,7 +3,7 @@
 from typing import Any
 
 from inference.types import ChatMessage, Delta, Done, ErrorCode, Failed, Queued, SamplingParams
-from tests.fakes import FakeRunner, make_engine
+from tests.fakes import FakeRunner, encode, make_engine
 
 
 def ask(engine, rid, text, **params):
@@ -197,3 +197,20 @@ def test_fail_all_ends_running_and_waiting_requests_with_an_error():
         ("b", "shutting_down"),
     ]
     assert not engine.has_work
+
+
+def test_a_follow_up_reuses_the_generated_tokens_even_where_tokenising_differs():
+    runner = FakeRunner(n_seq_max=2, merge_pairs=True, reply_for=lambda _: "sure thing")
+    engine = make_engine(runner)
+    first = [ChatMessage("user", "hello there")]
+    engine.add_request("t1", first, SamplingParams(temperature=0))
+    events = run(engine)
+    reply = texts(events)["t1"]
+    first_done = dones(events)["t1"]
+    assert runner.tokenize(reply) != encode(reply)  # re-tokenising the reply would not match
+    follow = [*first, ChatMessage("assistant", reply), ChatMessage("user", "and then?")]
+    engine.add_request("t2", follow, SamplingParams(temperature=0))
+    done = dones(run(engine))["t2"]
+    # Everything the first turn left in the sequence is reused: prompt and reply but the last
+    # token, which was never decoded.
+    assert done.cached_tokens == first_done.prompt_tokens + first_done.completion_tokens
