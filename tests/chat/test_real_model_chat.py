@@ -1,0 +1,127 @@
+"""The chat websocket in front of the real embedded model, in-process (embedded mode)."""
+
+import asyncio
+import os
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.auth import AuthMiddlewareStack
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from chat.models import Message
+from chat.routing import websocket_urlpatterns
+from inference import modelstore, service
+from inference.local import LocalEngineClient
+
+pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def real_engine(settings):
+    path = modelstore.resolve_model_path("smollm2-135m", settings.QASSIST_MODELS_DIR)
+    if not path.is_file():
+        if os.environ.get("QASSIST_REQUIRE_SERVICES"):
+            pytest.fail(f"the embedded model is missing at {path}")
+        pytest.skip(f"the embedded model is missing at {path}")
+    settings.QASSIST_MODEL = "smollm2-135m"
+    settings.QASSIST_PARALLEL = 2
+    settings.QASSIST_CONTEXT_SIZE = 2048
+    settings.QASSIST_MAX_SEQ_TOKENS = 512
+    settings.QASSIST_BATCH_TOKENS = 128
+    settings.QASSIST_THREADS = 2
+    settings.QASSIST_DEFAULT_MAX_TOKENS = 48
+    settings.QASSIST_DEFAULT_TEMPERATURE = 0
+    client = LocalEngineClient(service.build_engine)
+    service.set_engine_client(client)
+    yield client
+    service.set_engine_client(None)
+    client.stop()
+    if client.worker is not None:
+        client.worker.engine.runner.close()
+
+
+def session_cookie(user):
+    web = Client()
+    web.force_login(user)
+    return f"sessionid={web.cookies['sessionid'].value}".encode()
+
+
+async def connect(user):
+    cookie = await sync_to_async(session_cookie)(user)
+    app = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+    return WebsocketCommunicator(app, "/ws/chat/", headers=[(b"cookie", cookie)])
+
+
+async def receive_reply(ws):
+    deltas, done, errors = [], None, []
+    while done is None:
+        frame = await ws.receive_json_from(timeout=60)
+        if frame["type"] == "delta":
+            deltas.append(frame["text"])
+        elif frame["type"] == "error":
+            errors.append(frame)
+        elif frame["type"] == "reply.done":
+            done = frame["reply"]
+    return deltas, done, errors
+
+
+async def test_a_chinese_reply_streams_and_is_stored_exactly(real_engine, member):
+    ws = await connect(member)
+    connected, _ = await ws.connect()
+    assert connected
+    await ws.send_json_to(
+        {"type": "chat.send", "session": None, "content": "请用中文介绍一下你自己。"}
+    )
+    start = await ws.receive_json_from(timeout=30)
+    assert start["type"] == "reply.start"
+    deltas, done, errors = await receive_reply(ws)
+    assert errors == []
+    assert len(deltas) > 1
+    assert not any("\ufffd" in d for d in deltas)
+    stored = await Message.objects.aget(id=done["id"])
+    assert stored.content == "".join(deltas)
+    assert stored.status == Message.Status.COMPLETE
+    assert stored.completion_tokens > 0
+    await ws.disconnect()
+
+
+async def test_a_conversation_too_long_for_the_context_gets_an_error_event(real_engine, member):
+    ws = await connect(member)
+    await ws.connect()
+    await ws.send_json_to({"type": "chat.send", "session": None, "content": "hello " * 2000})
+    await ws.receive_json_from(timeout=30)  # reply.start
+    _, done, errors = await receive_reply(ws)
+    assert [e["code"] for e in errors] == ["prompt_too_long"]
+    assert done["status"] == Message.Status.ERROR
+    # The connection and the engine still serve the next message.
+    await ws.send_json_to({"type": "chat.send", "session": None, "content": "Say hi."})
+    await ws.receive_json_from(timeout=30)
+    _, done, errors = await receive_reply(ws)
+    assert errors == []
+    assert done["status"] == Message.Status.COMPLETE
+    await ws.disconnect()
+
+
+async def test_disconnecting_mid_reply_frees_the_sequence_and_keeps_the_text(
+    real_engine, member, settings
+):
+    settings.QASSIST_DEFAULT_MAX_TOKENS = 400
+    ws = await connect(member)
+    await ws.connect()
+    await ws.send_json_to({"type": "chat.send", "session": None, "content": "Write a long story."})
+    start = await ws.receive_json_from(timeout=30)
+    while (await ws.receive_json_from(timeout=60))["type"] != "delta":
+        pass
+    await ws.disconnect()
+    engine = real_engine.worker.engine
+    reply = await Message.objects.aget(id=start["reply"]["id"])
+    assert reply.status == Message.Status.INTERRUPTED
+    assert reply.content
+    for _ in range(100):  # the cancel reaches the engine thread within a step or two
+        if engine.num_running == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert engine.num_running == 0
+    assert engine.stats.finished.get("cancelled") == 1
