@@ -5,4 +5,10 @@ from chat import views
 app_name = "chat"
 urlpatterns = [
     path("", views.index, name="index"),
+    path("c/<uuid:session_id>/", views.conversation, name="conversation"),
+    path("c/<uuid:session_id>/messages", views.session_messages, name="messages"),
+    path("sessions/", views.session_list, name="session_list"),
+    path("sessions/<uuid:session_id>/rename", views.session_rename, name="session_rename"),
+    path("sessions/<uuid:session_id>/archive", views.session_archive, name="session_archive"),
+    path("tenant/switch", views.tenant_switch, name="tenant_switch"),
 ]

@@ -1,8 +1,288 @@
+"""The chat UI: two pages (a new chat, a conversation) and the small JSON endpoints the page
+calls (sidebar search, rename, archive, reload a conversation's stored messages).
+
+Replies themselves stream over the websocket (chat/consumers.py, docs/websocket.md). Someone
+else's session, or an archived one, is a 404. JSON endpoints answer bad input with a 400 and
+`{"error": {"code", "message"}}`, and an anonymous caller with a 401 instead of a redirect.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.contrib.auth.models import User
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from chat import services
+from chat.models import ChatSession, Message
+from chat.services import ChatError
+from tenants.models import Membership
+from tenants.services import membership_for, tenants_for_user
+
+View = Callable[..., HttpResponse]
+
+SIDEBAR_SESSIONS = 200  # the sidebar shows this many; search reaches the rest
+MAX_TITLE_CHARS = 200  # ChatSession.title's max_length
+MAX_QUERY_CHARS = 200
+PLACEHOLDER_ID = uuid.UUID(int=0)
+
+
+class BadRequest(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# --- decorators ------------------------------------------------------------------------------
+
+
+def content_security_policy(view: View) -> View:
+    """No inline script, no foreign origin: model output that slipped past the sanitiser
+    still could not run or load anything (an <img> to a tracker included)."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        host = request.get_host()
+        response.headers.setdefault(
+            "Content-Security-Policy",
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            f"font-src 'self'; connect-src 'self' ws://{host} wss://{host}; object-src 'none'; "
+            "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        )
+        return response
+
+    return wrapped
+
+
+def json_endpoint(view: View) -> View:
+    """401 JSON for anonymous callers (the page's fetch would not follow a login redirect
+    usefully), and BadRequest / ChatError turned into a 400 JSON error."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return _json_error("login_required", "Log in again.", status=401)
+        try:
+            return view(request, *args, **kwargs)
+        except (BadRequest, ChatError) as exc:
+            return _json_error(exc.code, exc.message)
+
+    return wrapped
+
+
+def _json_error(code: str, message: str, status: int = 400) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _user(request: HttpRequest) -> User:
+    user = request.user
+    assert isinstance(user, User)  # every caller is behind login_required or json_endpoint
+    return user
+
+
+def _current_membership(request: HttpRequest) -> Membership | None:
+    """The tenant chosen in this web session, else the user's first; the session is kept in
+    step so the websocket consumer, which reads session["tenant"], agrees with the page."""
+    user = _user(request)
+    chosen = request.session.get("tenant")
+    membership = membership_for(user=user, tenant_slug=chosen) if chosen else None
+    if membership is None:
+        membership = membership_for(user=user)
+        slug = membership.tenant.slug if membership is not None else None
+        if slug != chosen:
+            if slug is None:
+                request.session.pop("tenant", None)
+            else:
+                request.session["tenant"] = slug
+    return membership
+
+
+def _own_session(request: HttpRequest, session_id: uuid.UUID) -> ChatSession:
+    session = services.session_get(user=_user(request), session_id=session_id)
+    if session.archived:
+        raise Http404("No such conversation.")
+    return session
+
+
+def _payload(request: HttpRequest) -> dict[str, Any]:
+    """A JSON object body, or the form fields of a form POST."""
+    if request.content_type != "application/json":
+        return request.POST.dict()
+    try:
+        data = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("bad_json", "The request body is not valid JSON.") from None
+    if not isinstance(data, dict):
+        raise BadRequest("bad_json", "The request body must be a JSON object.")
+    return data
+
+
+def session_data(session: ChatSession) -> dict[str, Any]:
+    return {
+        "id": str(session.id),
+        "title": session.title,
+        "updated_at": session.updated_at.isoformat(),
+    }
+
+
+def message_data(message: Message) -> dict[str, Any]:
+    """The message object of docs/websocket.md, so stored and streamed messages render alike."""
+    return {
+        "id": message.id,
+        "role": message.role,
+        "content": message.content,
+        "status": message.status,
+        "finish_reason": message.finish_reason,
+        "served_from_cache": message.served_from_cache,
+        "error": message.error,
+        "prompt_tokens": message.prompt_tokens,
+        "completion_tokens": message.completion_tokens,
+        "ttft_ms": message.ttft_ms,
+        "created_at": message.created_at.isoformat(),
+    }
+
+
+def _visible_messages(session: ChatSession) -> list[dict[str, Any]]:
+    messages = session.messages.exclude(role=Message.Role.SYSTEM).order_by("created_at", "id")
+    return [message_data(m) for m in messages]
+
+
+# --- pages -----------------------------------------------------------------------------------
 
 
 @login_required
+@require_GET
+@content_security_policy
 def index(request: HttpRequest) -> HttpResponse:
-    return render(request, "chat/index.html")
+    """A new, empty chat; the first message creates the session (over the websocket)."""
+    return _chat_page(request, None)
+
+
+@login_required
+@require_GET
+@content_security_policy
+def conversation(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
+    session = _own_session(request, session_id)
+    membership = _current_membership(request)
+    if membership is None or membership.tenant_id != session.tenant_id:
+        # A conversation of the user's other tenant: open it there, if they are still in it.
+        other = membership_for(user=_user(request), tenant_slug=session.tenant.slug)
+        if other is None:
+            raise Http404("No such conversation.")
+        request.session["tenant"] = session.tenant.slug
+    return _chat_page(request, session)
+
+
+def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpResponse:
+    user = _user(request)
+    membership = _current_membership(request)
+    if membership is None:
+        return render(request, "chat/no_tenant.html", status=403)
+    sessions = services.sessions_for_user(user=user, tenant=membership.tenant)
+    page_data = {
+        "session": session_data(session) if session is not None else None,
+        "messages": _visible_messages(session) if session is not None else [],
+        "urls": {
+            "index": reverse("chat:index"),
+            "sessions": reverse("chat:session_list"),
+            # The page's script puts a session id in place of PLACEHOLDER_ID.
+            "conversation": reverse("chat:conversation", args=[PLACEHOLDER_ID]),
+            "messages": reverse("chat:messages", args=[PLACEHOLDER_ID]),
+            "rename": reverse("chat:session_rename", args=[PLACEHOLDER_ID]),
+            "archive": reverse("chat:session_archive", args=[PLACEHOLDER_ID]),
+            "login": reverse("login"),
+        },
+        "placeholderId": str(PLACEHOLDER_ID),
+        "maxMessageChars": services.MAX_MESSAGE_CHARS,
+    }
+    context = {
+        "session": session,
+        "sessions": sessions[:SIDEBAR_SESSIONS],
+        "tenant": membership.tenant,
+        "tenants": list(tenants_for_user(user=user)),
+        "page_data": page_data,
+    }
+    return render(request, "chat/chat.html", context)
+
+
+# --- JSON endpoints --------------------------------------------------------------------------
+
+
+@json_endpoint
+@require_GET
+@content_security_policy
+def session_list(request: HttpRequest) -> HttpResponse:
+    """The sidebar: the user's sessions in the current tenant, newest first; `q` searches
+    titles and message text."""
+    query = request.GET.get("q", "").strip()
+    if len(query) > MAX_QUERY_CHARS:
+        raise BadRequest("invalid_query", f"Search for at most {MAX_QUERY_CHARS} characters.")
+    membership = _current_membership(request)
+    if membership is None:
+        return _json_error("no_tenant", "You are not a member of any active tenant.", 403)
+    sessions = services.sessions_for_user(
+        user=_user(request), tenant=membership.tenant, query=query
+    )
+    return JsonResponse({"sessions": [session_data(s) for s in sessions[:SIDEBAR_SESSIONS]]})
+
+
+@json_endpoint
+@require_GET
+@content_security_policy
+def session_messages(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
+    """The stored messages: what the page redraws after a reconnect (an interrupted reply shows
+    the part already generated)."""
+    session = _own_session(request, session_id)
+    return JsonResponse({"session": session_data(session), "messages": _visible_messages(session)})
+
+
+@json_endpoint
+@require_POST
+def session_rename(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
+    session = _own_session(request, session_id)
+    title = _payload(request).get("title")
+    if not isinstance(title, str):
+        raise BadRequest("invalid_title", "Give the new title as text.")
+    if len(title.strip()) > MAX_TITLE_CHARS:
+        raise BadRequest("invalid_title", f"A title holds at most {MAX_TITLE_CHARS} characters.")
+    session = services.session_rename(session=session, title=title)
+    return JsonResponse({"session": session_data(session)})
+
+
+@json_endpoint
+@require_POST
+def session_archive(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
+    session = _own_session(request, session_id)
+    services.session_archive(session=session)
+    return JsonResponse({"archived": True, "id": str(session.id)})
+
+
+# --- tenant switch ---------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def tenant_switch(request: HttpRequest) -> HttpResponse:
+    """Work in another of the user's tenants: the sidebar and new chats follow, and so does
+    the websocket (it reads session["tenant"] when it connects)."""
+    slug = request.POST.get("tenant", "")
+    if not slug:
+        return _json_error("invalid_tenant", "Choose a tenant.")
+    membership = membership_for(user=_user(request), tenant_slug=slug)
+    if membership is None:
+        raise Http404("No such tenant.")
+    request.session["tenant"] = membership.tenant.slug
+    return redirect("chat:index")

@@ -1,0 +1,871 @@
+/* The chat page: the conversation, the websocket (docs/websocket.md), the sidebar.
+ *
+ * Model output goes through QassistMarkdown.render (sanitised); user text is only ever set as
+ * textContent. Page data arrives in the json_script block #chat-data; no inline script.
+ */
+(function () {
+  "use strict";
+
+  document.documentElement.classList.add("js");
+  const data = JSON.parse(document.getElementById("chat-data").textContent);
+  const md = window.QassistMarkdown;
+  const $ = (id) => document.getElementById(id);
+  const els = {
+    body: document.body,
+    thread: $("thread"),
+    messages: $("messages"),
+    empty: $("empty-state"),
+    input: $("input"),
+    composer: $("composer"),
+    send: $("send-btn"),
+    stop: $("stop-btn"),
+    notice: $("notice"),
+    conn: $("conn-state"),
+    title: $("conv-title"),
+    list: $("session-items"),
+    listEmpty: $("session-empty"),
+    search: $("session-search"),
+  };
+  const csrfToken = document.querySelector("input[name=csrfmiddlewaretoken]").value;
+  const urlFor = (name, id) => data.urls[name].replace(data.placeholderId, id);
+  const isPhone = () => window.matchMedia("(max-width: 768px)").matches;
+
+  const state = {
+    sessionId: data.session ? data.session.id : null,
+    ws: null,
+    connected: false,
+    attempts: 0,
+    reconnectTimer: 0,
+    busy: false, // a frame is out and its reply has not ended
+    pending: null, // what was asked before reply.start: {kind, content, el, original}
+    reply: null, // the reply streaming now: {id, el, text, frame, queued}
+    lostDuringReply: false,
+    noticeTag: "",
+    noticeTimer: 0,
+    sessions: [],
+    query: "",
+  };
+
+  // --- small DOM helpers -------------------------------------------------------------------
+
+  function div(className, text) {
+    const el = document.createElement("div");
+    el.className = className;
+    if (text !== undefined) el.textContent = text;
+    return el;
+  }
+
+  const ICONS = {
+    copy: md.COPY_ICON,
+    edit: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M4 20h4L19 9l-4-4L4 16v4z"/><path d="M13.5 6.5l4 4"/></svg>',
+    regenerate: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M20 11a8 8 0 1 0-2.3 5.7"/><path d="M20 4v7h-7"/></svg>',
+    rename: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M4 20h4L19 9l-4-4L4 16v4z"/></svg>',
+    archive: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M4 7h16M9 7V4h6v3M6 7l1 13h10l1-13"/></svg>',
+    close: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round"><path d="M6 6l12 12M18 6L6 18"/></svg>',
+  };
+
+  function iconButton(icon, label, onClick, extraClass) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "icon-btn" + (extraClass ? " " + extraClass : "");
+    button.setAttribute("aria-label", label);
+    button.title = label;
+    button.innerHTML = ICONS[icon]; // constant markup, never data
+    button.addEventListener("click", onClick);
+    return button;
+  }
+
+  function textButton(label, onClick, className) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = className || "btn";
+    button.textContent = label;
+    button.addEventListener("click", onClick);
+    return button;
+  }
+
+  // --- notices: one line above the composer ------------------------------------------------
+
+  function clearNotice(tag) {
+    if (tag && state.noticeTag !== tag) return;
+    clearInterval(state.noticeTimer);
+    state.noticeTimer = 0;
+    state.noticeTag = "";
+    els.notice.hidden = true;
+    els.notice.replaceChildren();
+  }
+
+  /** kind: info | warn | error. actions: [{label, onClick, primary}]. */
+  function showNotice(kind, text, actions, tag) {
+    clearNotice();
+    state.noticeTag = tag || kind;
+    els.notice.className = "notice " + kind;
+    const span = div("notice-text", text);
+    const buttons = (actions || []).map((a) =>
+      textButton(a.label, a.onClick, "btn" + (a.primary ? " btn-primary" : "")),
+    );
+    const close = iconButton("close", "Dismiss", () => clearNotice(), "notice-close");
+    els.notice.replaceChildren(span, ...buttons, close);
+    els.notice.hidden = false;
+    return { span, buttons };
+  }
+
+  /** Count `seconds` down in the notice: text(left) each second, done() at zero. */
+  function noticeCountdown(seconds, text, done) {
+    const span = els.notice.querySelector(".notice-text");
+    let left = Math.max(1, Math.ceil(seconds));
+    span.textContent = text(left);
+    state.noticeTimer = setInterval(() => {
+      left -= 1;
+      if (left <= 0) {
+        clearInterval(state.noticeTimer);
+        state.noticeTimer = 0;
+        done();
+      } else {
+        span.textContent = text(left);
+      }
+    }, 1000);
+  }
+
+  // --- messages ------------------------------------------------------------------------------
+
+  function messageEl(m, live) {
+    const el = div("msg msg-" + m.role);
+    el.dataset.id = String(m.id);
+    el.dataset.role = m.role;
+    const body = div("msg-body");
+    if (m.role === "user") {
+      body.append(div("bubble", m.content));
+    } else {
+      const avatar = div("ai-avatar", "q");
+      avatar.setAttribute("aria-hidden", "true");
+      el.append(avatar);
+      body.append(div("md"), div("msg-status"));
+    }
+    body.append(div("msg-actions"));
+    el.append(body);
+    el._message = m;
+    if (m.role === "assistant") updateAssistant(el, m, !!live);
+    return el;
+  }
+
+  function badge(kind, text, title) {
+    const el = document.createElement("span");
+    el.className = "badge badge-" + kind;
+    el.textContent = text;
+    if (title) el.title = title;
+    return el;
+  }
+
+  function updateAssistant(el, m, live) {
+    el._message = m;
+    const streaming = m.status === "streaming";
+    el.classList.toggle("streaming", streaming && live);
+    const body = el.querySelector(".md");
+    if (m.content) {
+      md.render(body, m.content, !streaming);
+    } else if (streaming && live) {
+      body.replaceChildren(waitingEl(null));
+    } else {
+      body.replaceChildren();
+    }
+    const status = el.querySelector(".msg-status");
+    const parts = [];
+    if (m.served_from_cache) {
+      parts.push(badge("cached", "cached answer", "A prepared answer from your administrators; the model was not asked."));
+    }
+    if (m.status === "interrupted") {
+      parts.push(badge("interrupted", "interrupted", m.error || "Stopped before the end; the text so far is kept."));
+    } else if (m.status === "complete" && m.finish_reason === "length") {
+      parts.push(badge("length", "stopped at the length limit"));
+    } else if (streaming && !live) {
+      parts.push(badge("streaming", "still being written…"));
+    }
+    if (m.status === "error" || (m.status === "interrupted" && m.error)) {
+      const error = div("msg-error", m.error || "The reply failed.");
+      error.setAttribute("role", "note");
+      parts.push(error);
+    }
+    status.replaceChildren(...parts);
+  }
+
+  function waitingEl(position) {
+    const el = div("waiting");
+    const dots = div("dots");
+    dots.append(document.createElement("span"), document.createElement("span"), document.createElement("span"));
+    el.append(dots);
+    if (position) el.append(document.createTextNode("Waiting in line — you are number " + position));
+    return el;
+  }
+
+  function findMsg(id) {
+    return els.messages.querySelector('.msg[data-id="' + CSS.escape(String(id)) + '"]');
+  }
+
+  function renderThread(messages) {
+    els.messages.replaceChildren(...messages.map((m) => messageEl(m, false)));
+    els.empty.hidden = messages.length > 0 || !!state.sessionId;
+    refreshActions();
+  }
+
+  function refreshActions() {
+    const all = Array.from(els.messages.children);
+    const lastOf = (role) => [...all].reverse().find((el) => el.dataset.role === role && !el.classList.contains("pending"));
+    const lastUser = lastOf("user");
+    const lastAssistant = lastOf("assistant");
+    const canAct = !state.busy && !!state.sessionId;
+    all.forEach((el, i) => {
+      el.classList.toggle("last", i === all.length - 1);
+      const actions = el.querySelector(".msg-actions");
+      if (!actions) return;
+      const m = el._message || {};
+      const buttons = [];
+      if (m.content && m.status !== "streaming") {
+        const copy = iconButton("copy", "Copy", async () => {
+          if (await md.copyText(el._message.content)) md.flashCopied(copy, false);
+        });
+        buttons.push(copy);
+      }
+      if (el === lastUser && canAct) buttons.push(iconButton("edit", "Edit and resend", () => startEdit(el)));
+      if (el === lastAssistant && canAct && el === all[all.length - 1]) {
+        buttons.push(iconButton("regenerate", "Regenerate", regenerate, "regenerate"));
+      }
+      actions.replaceChildren(...buttons);
+    });
+  }
+
+  // --- scrolling ---------------------------------------------------------------------------
+
+  function nearBottom() {
+    const t = els.thread;
+    return t.scrollHeight - t.scrollTop - t.clientHeight < 120;
+  }
+
+  function scrollToBottom() {
+    els.thread.scrollTop = els.thread.scrollHeight;
+  }
+
+  // --- the composer --------------------------------------------------------------------------
+
+  function autosize() {
+    els.input.style.height = "auto";
+    els.input.style.height = Math.min(els.input.scrollHeight, 220) + "px";
+  }
+
+  function updateComposer() {
+    const streaming = !!state.reply;
+    els.stop.hidden = !streaming;
+    els.stop.disabled = false;
+    els.send.hidden = streaming;
+    els.send.disabled = state.busy || !state.connected || !els.input.value.trim();
+  }
+
+  function setTitle(title) {
+    els.title.textContent = title || "New chat";
+    document.title = (title ? title + " · " : "") + "qassist";
+  }
+
+  let composing = false;
+
+  /** Enter sends; Shift+Enter is a new line; Enter that confirms an IME's choice is not a send. */
+  function isSendKey(event) {
+    if (event.key !== "Enter" || event.shiftKey) return false;
+    // isComposing: Chrome, Firefox. keyCode 229: Safari sends compositionend before keydown.
+    return !(event.isComposing || composing || event.keyCode === 229);
+  }
+
+  function sendFrame(frame) {
+    if (!state.ws || state.ws.readyState !== WebSocket.OPEN) {
+      showNotice("warn", "Not connected right now. Your text is kept; send it once the connection is back.", [], "offline-send");
+      return false;
+    }
+    state.ws.send(JSON.stringify(frame));
+    return true;
+  }
+
+  function submitComposer() {
+    const content = els.input.value;
+    if (!content.trim() || state.busy) return;
+    if (!sendFrame({ type: "chat.send", session: state.sessionId, content })) return;
+    state.busy = true;
+    const el = messageEl({ id: "pending", role: "user", content }, false);
+    el.classList.add("pending");
+    els.messages.append(el);
+    state.pending = { kind: "send", content, el };
+    els.input.value = "";
+    autosize();
+    els.empty.hidden = true;
+    clearNotice();
+    updateComposer();
+    refreshActions();
+    scrollToBottom();
+  }
+
+  function regenerate() {
+    if (state.busy || !state.sessionId) return;
+    if (!sendFrame({ type: "chat.regenerate", session: state.sessionId })) return;
+    state.busy = true;
+    const last = els.messages.lastElementChild;
+    if (last && last.dataset.role === "assistant") last.classList.add("pending");
+    state.pending = { kind: "regenerate", el: last };
+    clearNotice();
+    updateComposer();
+    refreshActions();
+  }
+
+  function stop() {
+    if (!state.reply) return;
+    els.stop.disabled = true;
+    sendFrame({ type: "chat.stop" });
+  }
+
+  function startEdit(el) {
+    if (state.busy || el.querySelector(".editor")) return;
+    const m = el._message;
+    const bubble = el.querySelector(".bubble");
+    const actions = el.querySelector(".msg-actions");
+    const editor = div("editor");
+    const area = document.createElement("textarea");
+    area.value = m.content;
+    area.maxLength = data.maxMessageChars;
+    area.setAttribute("aria-label", "Edit your message");
+    const cancel = () => {
+      editor.remove();
+      bubble.hidden = false;
+      actions.hidden = false;
+    };
+    const submit = () => {
+      const content = area.value;
+      if (!content.trim() || state.busy) return;
+      if (!sendFrame({ type: "chat.edit", session: state.sessionId, content })) return;
+      state.busy = true;
+      state.pending = { kind: "edit", el, original: m.content };
+      bubble.textContent = content;
+      cancel();
+      for (let next = el.nextElementSibling; next; next = next.nextElementSibling) next.classList.add("pending");
+      clearNotice();
+      updateComposer();
+      refreshActions();
+    };
+    let editing = false;
+    area.addEventListener("compositionstart", () => { editing = true; });
+    area.addEventListener("compositionend", () => { editing = false; });
+    area.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        cancel();
+      } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !editing && event.keyCode !== 229) {
+        event.preventDefault();
+        submit();
+      }
+    });
+    const buttons = div("editor-buttons");
+    buttons.append(textButton("Cancel", cancel), textButton("Send", submit, "btn btn-primary"));
+    editor.append(area, buttons);
+    bubble.hidden = true;
+    actions.hidden = true;
+    bubble.parentElement.prepend(editor);
+    area.focus();
+    area.setSelectionRange(area.value.length, area.value.length);
+  }
+
+  /** The frame was refused before a reply started: put things back as they were. */
+  function restorePending() {
+    const p = state.pending;
+    state.pending = null;
+    if (!p) return;
+    if (p.kind === "send") {
+      if (p.el) p.el.remove();
+      if (!els.input.value.trim()) {
+        els.input.value = p.content;
+        autosize();
+      }
+      els.empty.hidden = els.messages.children.length > 0 || !!state.sessionId;
+    } else if (p.kind === "edit") {
+      p.el.querySelector(".bubble").textContent = p.original;
+    }
+    els.messages.querySelectorAll(".pending").forEach((el) => el.classList.remove("pending"));
+  }
+
+  // --- frames from the server ----------------------------------------------------------------
+
+  function onReplyStart(f) {
+    state.busy = true;
+    if (state.sessionId !== f.session.id) {
+      state.sessionId = f.session.id;
+      history.replaceState(null, "", urlFor("conversation", f.session.id));
+    }
+    setTitle(f.session.title);
+    upsertSession({ id: f.session.id, title: f.session.title, updated_at: new Date().toISOString() });
+
+    const pendingEl = state.pending && state.pending.kind === "send" ? state.pending.el : null;
+    const userEl = messageEl(f.user_message, false);
+    const existing = findMsg(f.user_message.id);
+    if (existing) {
+      // Regenerate or edit: what followed the user message is gone on the server too.
+      while (existing.nextElementSibling) existing.nextElementSibling.remove();
+      existing.replaceWith(userEl);
+    } else if (pendingEl && pendingEl.isConnected) {
+      pendingEl.replaceWith(userEl);
+    } else {
+      els.messages.append(userEl);
+    }
+    state.pending = null;
+    const replyEl = messageEl(f.reply, true);
+    els.messages.append(replyEl);
+    state.reply = { id: f.reply.id, el: replyEl, text: "", frame: 0, message: f.reply };
+    els.empty.hidden = true;
+    updateComposer();
+    refreshActions();
+    scrollToBottom();
+  }
+
+  function onQueued(f) {
+    const r = state.reply;
+    if (!r || r.id !== f.reply_id) return;
+    if (!r.text) r.el.querySelector(".md").replaceChildren(waitingEl(f.position));
+    showNotice("info", "Many people are asking right now. You are number " + f.position + " in line; your reply starts as soon as a slot frees up.", [], "queued");
+  }
+
+  function onDelta(f) {
+    const r = state.reply;
+    if (!r || r.id !== f.reply_id) return;
+    if (!r.text) clearNotice("queued");
+    r.text += f.text;
+    if (!r.frame) r.frame = requestAnimationFrame(() => renderLive(r));
+  }
+
+  function renderLive(r) {
+    r.frame = 0;
+    if (state.reply !== r) return;
+    const stick = nearBottom();
+    md.render(r.el.querySelector(".md"), r.text, false);
+    if (stick) scrollToBottom();
+  }
+
+  function onReplyDone(f) {
+    const m = f.reply;
+    const r = state.reply;
+    const el = r && r.id === m.id ? r.el : findMsg(m.id);
+    if (r && r.frame) cancelAnimationFrame(r.frame);
+    const stick = nearBottom();
+    if (el) updateAssistant(el, m, false);
+    if (!r || r.id === m.id) {
+      state.reply = null;
+      state.busy = false;
+    }
+    clearNotice("queued");
+    updateComposer();
+    refreshActions();
+    if (stick) scrollToBottom();
+    if (!isPhone() && document.activeElement === document.body) els.input.focus();
+  }
+
+  const ERRORS = {
+    busy: { kind: "warn", text: "The assistant is at capacity right now.", retry: true },
+    rate_limited: { kind: "warn", text: "You are sending messages faster than your workspace allows.", retry: true },
+    quota_exceeded: { kind: "error", text: "Your workspace has used its token quota for this period. It renews at the start of the next one; an administrator can raise it." },
+    worker_down: { kind: "error", text: "The model is not answering right now. Try again in a minute; if it keeps happening, tell your administrator.", retry: true },
+    shutting_down: { kind: "warn", text: "The assistant restarted before the reply was finished. The text so far is kept.", retry: true },
+    prompt_too_long: { kind: "error", text: "This conversation is now too long for the model to read. Start a new chat, or edit your last message to make it shorter.", newChat: true },
+    busy_session: { kind: "warn", text: "A reply is still being written in this conversation (in another tab?). Wait for it, or stop it there." },
+    busy_connection: { kind: "warn", text: "Wait for the reply, or stop it, before sending." },
+    not_found: { kind: "error", text: "This conversation no longer exists.", newChat: true },
+    internal: { kind: "error", text: "Something went wrong on our side. The text so far is kept.", retry: true },
+  };
+  ERRORS.quota_exhausted = ERRORS.quota_exceeded;
+
+  function onError(f) {
+    const spec = ERRORS[f.code] || { kind: "error", text: f.message || "Something went wrong." };
+    const duringReply = f.reply_id !== undefined && f.reply_id !== null;
+    if (!duringReply && state.pending) {
+      restorePending();
+      if (!state.reply) state.busy = false;
+      updateComposer();
+      refreshActions();
+    }
+    const text = spec.text || f.message;
+    const actions = [];
+    let retry = null;
+    if (spec.retry) {
+      // A failed reply is asked again (regenerate); a refused message is still in the composer.
+      retry = { label: duringReply ? "Retry" : "Send again", onClick: () => (duringReply ? regenerate() : submitComposer()), primary: true };
+      actions.push(retry);
+    }
+    if (spec.newChat) actions.push({ label: "New chat", onClick: () => location.assign(data.urls.index) });
+    const shown = showNotice(spec.kind, text, actions, "error");
+    if (retry && f.retry_after) {
+      const button = shown.buttons[0];
+      button.disabled = true;
+      noticeCountdown(
+        f.retry_after,
+        (left) => text + " You can retry in " + left + " s.",
+        () => {
+          shown.span.textContent = text + " You can retry now.";
+          button.disabled = false;
+        },
+      );
+    }
+  }
+
+  function handleFrame(f) {
+    if (!f || typeof f !== "object") return;
+    switch (f.type) {
+      case "reply.start": onReplyStart(f); break;
+      case "queued": onQueued(f); break;
+      case "delta": onDelta(f); break;
+      case "reply.done": onReplyDone(f); break;
+      case "error": onError(f); break;
+      default: break;
+    }
+  }
+
+  // --- the connection ------------------------------------------------------------------------
+
+  function setConn(kind) {
+    const labels = { connecting: "Connecting…", online: "", offline: "Reconnecting…" };
+    els.conn.className = "conn-state " + kind;
+    els.conn.textContent = labels[kind];
+    els.conn.hidden = kind === "online";
+  }
+
+  function connect() {
+    clearTimeout(state.reconnectTimer);
+    if (state.ws) return;
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const ws = new WebSocket(scheme + location.host + "/ws/chat/");
+    state.ws = ws;
+    if (!state.attempts) setConn("connecting");
+    ws.addEventListener("open", () => {
+      if (state.ws !== ws) return;
+      state.connected = true;
+      state.attempts = 0;
+      setConn("online");
+      clearNotice("connection");
+      clearNotice("offline-send");
+      if (state.lostDuringReply) {
+        state.lostDuringReply = false;
+        resync(0);
+      }
+      updateComposer();
+      refreshActions();
+    });
+    ws.addEventListener("message", (event) => {
+      let frame = null;
+      try {
+        frame = JSON.parse(event.data);
+      } catch (_) {
+        return;
+      }
+      handleFrame(frame);
+    });
+    ws.addEventListener("close", (event) => onClose(ws, event));
+  }
+
+  function onClose(ws, event) {
+    if (state.ws !== ws) return;
+    state.ws = null;
+    state.connected = false;
+    if (event.code === 4401) {
+      location.assign(data.urls.login + "?next=" + encodeURIComponent(location.pathname));
+      return;
+    }
+    if (event.code === 4403) {
+      setConn("offline");
+      showNotice("error", "Your account is no longer in an active workspace. Ask an administrator, then reload the page.", [{ label: "Reload", onClick: () => location.reload() }], "connection");
+      return;
+    }
+    if (state.busy) {
+      // The server keeps what was generated, marked interrupted: shown once we are back.
+      state.lostDuringReply = true;
+      if (state.reply) {
+        const r = state.reply;
+        if (r.frame) cancelAnimationFrame(r.frame);
+        updateAssistant(r.el, Object.assign({}, r.message, { content: r.text, status: "interrupted", error: "The connection was lost during this reply." }), false);
+      }
+      state.reply = null;
+      state.busy = false;
+    }
+    updateComposer();
+    refreshActions();
+    scheduleReconnect();
+  }
+
+  function scheduleReconnect() {
+    const delay = Math.min(15000, 500 * 2 ** state.attempts) * (0.8 + Math.random() * 0.4);
+    state.attempts += 1;
+    setConn("offline");
+    const text = "Connection lost.";
+    showNotice("warn", text, [{ label: "Reconnect now", onClick: connect }], "connection");
+    noticeCountdown(delay / 1000, (left) => text + " Reconnecting in " + left + " s…", () => {
+      els.notice.querySelector(".notice-text").textContent = text + " Reconnecting…";
+    });
+    state.noticeTag = "connection";
+    state.reconnectTimer = setTimeout(connect, delay);
+  }
+
+  /** Redraw the conversation from what the server stored (after a dropped connection). */
+  async function resync(attempt) {
+    const pending = state.pending;
+    state.pending = null;
+    if (!state.sessionId) {
+      state.pending = pending;
+      restorePending();
+      return;
+    }
+    let body = null;
+    try {
+      const response = await fetch(urlFor("messages", state.sessionId), { headers: { Accept: "application/json" } });
+      if (response.status === 401) {
+        location.assign(data.urls.login + "?next=" + encodeURIComponent(location.pathname));
+        return;
+      }
+      if (!response.ok) throw new Error(String(response.status));
+      body = await response.json();
+    } catch (_) {
+      if (attempt < 5) setTimeout(() => resync(attempt + 1), 2000);
+      return;
+    }
+    if (state.busy) return; // a new reply started meanwhile: its frames redraw the thread
+    renderThread(body.messages);
+    setTitle(body.session.title);
+    if (pending && pending.kind === "send" && !body.messages.some((m) => m.role === "user" && m.content === pending.content) && !els.input.value.trim()) {
+      els.input.value = pending.content;
+      autosize();
+    }
+    if (body.messages.some((m) => m.status === "streaming") && attempt < 20) {
+      setTimeout(() => resync(attempt + 1), 1500);
+    }
+  }
+
+  // --- the sidebar ---------------------------------------------------------------------------
+
+  function groupLabel(iso) {
+    const day = (d) => new Date(d.getFullYear(), d.getMonth(), d.getDate()).getTime();
+    const days = Math.round((day(new Date()) - day(new Date(iso))) / 86400000);
+    if (days <= 0) return "Today";
+    if (days === 1) return "Yesterday";
+    if (days < 7) return "Previous 7 days";
+    if (days < 30) return "Previous 30 days";
+    return "Older";
+  }
+
+  function sessionItemEl(item) {
+    const li = document.createElement("li");
+    li.className = "session-item" + (item.id === state.sessionId ? " active" : "");
+    li.dataset.sessionId = item.id;
+    const link = document.createElement("a");
+    link.className = "session-link";
+    link.href = urlFor("conversation", item.id);
+    link.textContent = item.title || "New chat";
+    link.title = item.title || "New chat";
+    const actions = div("session-actions");
+    actions.append(
+      iconButton("rename", "Rename", () => startRename(li, item)),
+      iconButton("archive", "Archive", (event) => archive(event.currentTarget, item)),
+    );
+    li.append(link, actions);
+    return li;
+  }
+
+  function renderSidebar() {
+    const nodes = [];
+    let group = null;
+    for (const item of state.sessions) {
+      const label = state.query ? "Results" : groupLabel(item.updated_at);
+      if (label !== group) {
+        group = label;
+        const heading = document.createElement("li");
+        heading.className = "session-heading";
+        heading.textContent = label;
+        nodes.push(heading);
+      }
+      nodes.push(sessionItemEl(item));
+    }
+    els.list.replaceChildren(...nodes);
+    els.listEmpty.hidden = state.sessions.length > 0;
+    els.listEmpty.textContent = state.query ? "No conversation matches." : "No conversations yet.";
+  }
+
+  function upsertSession(item) {
+    state.sessions = [item, ...state.sessions.filter((s) => s.id !== item.id)];
+    if (!state.query) renderSidebar();
+  }
+
+  async function request(url, options) {
+    const response = await fetch(url, Object.assign({ credentials: "same-origin" }, options));
+    let payload = null;
+    try {
+      payload = await response.json();
+    } catch (_) {
+      payload = null;
+    }
+    if (response.status === 401) {
+      location.assign(data.urls.login + "?next=" + encodeURIComponent(location.pathname));
+    }
+    if (!response.ok) {
+      const message = payload && payload.error ? payload.error.message : "The server answered " + response.status + ".";
+      throw new Error(message);
+    }
+    return payload;
+  }
+
+  function postJSON(url, body) {
+    return request(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrfToken },
+      body: JSON.stringify(body || {}),
+    });
+  }
+
+  function startRename(li, item) {
+    const input = document.createElement("input");
+    input.className = "session-rename";
+    input.value = item.title;
+    input.maxLength = 200;
+    input.setAttribute("aria-label", "New title");
+    li.replaceChildren(input);
+    input.focus();
+    input.select();
+    let finished = false;
+    let composingTitle = false;
+    const finish = async (save) => {
+      if (finished) return;
+      finished = true;
+      const title = input.value.trim();
+      if (save && title && title !== item.title) {
+        try {
+          const result = await postJSON(urlFor("rename", item.id), { title });
+          item.title = result.session.title;
+          if (item.id === state.sessionId) setTitle(item.title);
+        } catch (error) {
+          showNotice("error", "Could not rename: " + error.message);
+        }
+      }
+      renderSidebar();
+    };
+    input.addEventListener("compositionstart", () => { composingTitle = true; });
+    input.addEventListener("compositionend", () => { composingTitle = false; });
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.isComposing && !composingTitle && event.keyCode !== 229) {
+        event.preventDefault();
+        finish(true);
+      } else if (event.key === "Escape") {
+        finish(false);
+      }
+    });
+    input.addEventListener("blur", () => finish(true));
+  }
+
+  async function archive(button, item) {
+    if (!button.classList.contains("confirm")) {
+      // Two clicks, no modal: the first arms the button for a few seconds.
+      button.classList.add("confirm");
+      button.textContent = "Archive?";
+      setTimeout(() => {
+        if (button.isConnected) renderSidebar();
+      }, 4000);
+      return;
+    }
+    try {
+      await postJSON(urlFor("archive", item.id), {});
+    } catch (error) {
+      showNotice("error", "Could not archive: " + error.message);
+      return;
+    }
+    state.sessions = state.sessions.filter((s) => s.id !== item.id);
+    renderSidebar();
+    if (item.id === state.sessionId) location.assign(data.urls.index);
+  }
+
+  let searchTimer = 0;
+  let searchSeq = 0;
+  async function search() {
+    const query = els.search.value.trim();
+    const seq = ++searchSeq;
+    try {
+      const result = await request(data.urls.sessions + "?q=" + encodeURIComponent(query), { headers: { Accept: "application/json" } });
+      if (seq !== searchSeq) return; // a later search is on its way
+      state.query = query;
+      state.sessions = result.sessions;
+      renderSidebar();
+    } catch (error) {
+      showNotice("error", "Search failed: " + error.message);
+    }
+  }
+
+  // --- wiring --------------------------------------------------------------------------------
+
+  function wire() {
+    els.composer.addEventListener("submit", (event) => {
+      event.preventDefault();
+      submitComposer();
+    });
+    els.input.addEventListener("compositionstart", () => { composing = true; });
+    els.input.addEventListener("compositionend", () => { composing = false; });
+    els.input.addEventListener("blur", () => { composing = false; });
+    els.input.addEventListener("keydown", (event) => {
+      if (isSendKey(event)) {
+        event.preventDefault();
+        submitComposer();
+      }
+    });
+    els.input.addEventListener("input", () => {
+      autosize();
+      updateComposer();
+    });
+    els.stop.addEventListener("click", stop);
+    document.addEventListener("keydown", (event) => {
+      const inOtherField = event.target !== els.input && event.target.matches("input, textarea, select");
+      if (event.key === "Escape" && state.reply && !inOtherField) stop();
+    });
+    for (const button of document.querySelectorAll(".suggestion")) {
+      button.addEventListener("click", () => {
+        els.input.value = button.dataset.prompt;
+        autosize();
+        updateComposer();
+        els.input.focus();
+      });
+    }
+    $("menu-btn").addEventListener("click", () => els.body.classList.add("sidebar-open"));
+    $("sidebar-close").addEventListener("click", () => els.body.classList.remove("sidebar-open"));
+    $("backdrop").addEventListener("click", () => els.body.classList.remove("sidebar-open"));
+    els.search.addEventListener("input", () => {
+      clearTimeout(searchTimer);
+      searchTimer = setTimeout(search, 220);
+    });
+    els.search.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && els.search.value) {
+        els.search.value = "";
+        search();
+      }
+    });
+    const tenantSelect = $("tenant-select");
+    if (tenantSelect) tenantSelect.addEventListener("change", () => $("tenant-switch").submit());
+    window.addEventListener("online", () => {
+      if (!state.ws) connect();
+    });
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden && !state.ws) connect();
+    });
+  }
+
+  function init() {
+    state.sessions = Array.from(els.list.querySelectorAll(".session-item")).map((li) => ({
+      id: li.dataset.sessionId,
+      title: li.dataset.title || "",
+      updated_at: li.dataset.updated,
+    }));
+    renderSidebar();
+    renderThread(data.messages);
+    // Reloaded while a reply was streaming: the server is closing it; show the outcome.
+    if (data.messages.some((m) => m.status === "streaming")) setTimeout(() => resync(1), 1200);
+    wire();
+    autosize();
+    updateComposer();
+    scrollToBottom();
+    connect();
+    if (!isPhone()) els.input.focus();
+  }
+
+  init();
+})();

@@ -1,0 +1,431 @@
+"""The chat UI in headless Chromium against a live qassist with the real embedded model.
+
+Replies from the model differ run to run (and llama.cpp is not batch-invariant), so the tests
+check how the page behaves, never what the model says; the XSS payloads come from a stored
+message and a cached reply, not from the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.browser.conftest import ARTIFACTS, Browsing
+from tests.browser.seed import XSS_QUESTION
+
+pytestmark = pytest.mark.browser
+
+# Records each distinct text a streaming reply shows; with stopEach, clicks Stop as soon as
+# each new reply shows its first text (in the page, so no round trip to the test delays it).
+# Stopping early keeps the tests quick: a 64-token reply takes seconds on a busy 2-core machine.
+WATCH_STREAM = """(stopEach) => {
+  window.__shown = [];
+  const stopped = new Set();
+  const observer = new MutationObserver(() => {
+    const reply = document.querySelector('#messages .msg-assistant.streaming');
+    if (!reply) return;
+    const text = reply.querySelector('.md').textContent;
+    if (!text || window.__shown[window.__shown.length - 1] === text) return;
+    window.__shown.push(text);
+    if (stopEach && !stopped.has(reply.dataset.id)) {
+      stopped.add(reply.dataset.id);
+      document.getElementById('stop-btn').click();
+    }
+  });
+  observer.observe(document.getElementById('messages'),
+                   {childList: true, subtree: true, characterData: true});
+}"""
+
+
+def send(b: Browsing, text: str) -> None:
+    b.page.fill("#input", text)
+    b.page.keyboard.press("Enter")
+
+
+def assistant_text(b: Browsing) -> str:
+    return str(b.page.locator("#messages .msg-assistant .md").last.inner_text())
+
+
+def test_a_reply_streams_in_and_survives_a_reload(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    page.evaluate(WATCH_STREAM, False)
+
+    send(b, "Write three sentences about the sea.")
+    start = b.wait_for_frame("reply.start")
+    done = b.wait_for_frame("reply.done")
+    page.wait_for_selector("#messages .msg-assistant:not(.streaming)")
+
+    deltas_before_done = [
+        f for f in b.frames.received[: b.frames.received.index(done)] if f["type"] == "delta"
+    ]
+    assert len(deltas_before_done) >= 2, "the reply arrived in one piece, not streamed"
+    shown = page.evaluate("window.__shown")
+    assert len(shown) >= 2, f"the page did not render the reply progressively: {shown}"
+    reply = done["reply"]
+    assert reply["status"] == "complete"
+    assert reply["content"] == "".join(f["text"] for f in deltas_before_done)
+    session_id = start["session"]["id"]
+    assert page.url.endswith(f"/c/{session_id}/")  # the new session got its URL
+    assert page.locator(f'.session-item[data-session-id="{session_id}"]').count() == 1
+    assert page.locator("#conv-title").inner_text() == "Write three sentences about the sea."
+    text_before = assistant_text(b)
+    assert text_before.strip()
+
+    page.reload()
+    page.wait_for_selector("#messages .msg-assistant")
+    assert page.locator("#messages .msg-user .bubble").inner_text() == (
+        "Write three sentences about the sea."
+    )
+    assert assistant_text(b) == text_before
+    assert page.locator("#messages .badge-interrupted").count() == 0
+
+
+def test_stop_keeps_the_partial_reply_marked_interrupted(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    page.evaluate(WATCH_STREAM, True)
+
+    send(b, "Count from 1 to 100, separated by commas.")
+    done = b.wait_for_frame("reply.done")
+
+    assert {"type": "chat.stop"} in b.frames.sent
+    reply = done["reply"]
+    assert reply["status"] == "interrupted"
+    assert reply["finish_reason"] == "cancelled"
+    assert reply["content"]
+    page.wait_for_selector("#messages .msg-assistant .badge-interrupted")
+    assert page.locator("#stop-btn").is_hidden()
+    assert page.locator("#send-btn").is_visible()
+
+    page.reload()
+    page.wait_for_selector("#messages .msg-assistant .badge-interrupted")
+    session_id = b.frames.of("reply.start")[0]["session"]["id"]
+    stored = page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
+    assert [(m["role"], m["status"]) for m in stored] == [
+        ("user", "complete"),
+        ("assistant", "interrupted"),
+    ]
+    assert stored[-1]["content"] == reply["content"]
+
+
+def test_a_dropped_connection_mid_reply_keeps_the_partial_text(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    links: list[tuple[object, object]] = []
+
+    def proxy(ws: object) -> None:  # pass frames through, so the test can cut the line
+        links.append((ws, ws.connect_to_server()))  # type: ignore[attr-defined]
+
+    page.route_web_socket(re.compile(r".*/ws/chat/$"), proxy)
+    b.login("alice")
+    send(b, "Count from 1 to 100, separated by commas.")
+    page.wait_for_function(
+        """() => {
+          const reply = document.querySelector('#messages .msg-assistant.streaming .md');
+          return reply && reply.textContent.trim();
+        }"""
+    )
+
+    page_side, server_side = links[-1]
+    server_side.close()  # type: ignore[attr-defined]
+    page_side.close(code=1011)  # type: ignore[attr-defined]
+    page.wait_for_selector("#conn-state.offline", state="attached")
+
+    # Back by itself; the thread is redrawn from what the server kept.
+    page.wait_for_selector("#conn-state.online", state="attached", timeout=15_000)
+    page.wait_for_selector("#messages .msg-assistant .badge-interrupted", timeout=15_000)
+    session_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    stored = page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
+    assert stored[-1]["status"] == "interrupted"
+    assert stored[-1]["content"]
+    assert page.locator("#messages .msg-assistant .md").inner_text().strip()
+    assert len(links) == 2
+
+
+def test_regenerate_replaces_the_last_reply(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    page.evaluate(WATCH_STREAM, True)
+    send(b, "Name one colour.")
+    first = b.wait_for_frame("reply.done")["reply"]
+    page.wait_for_selector("#messages .msg-assistant .regenerate")
+
+    page.click("#messages .msg-assistant .regenerate")
+    second = b.wait_for_frame("reply.done", count=2)["reply"]
+
+    assert {
+        "type": "chat.regenerate",
+        "session": b.frames.of("reply.start")[0]["session"]["id"],
+    } in (b.frames.sent)
+    assert second["id"] != first["id"]
+    page.wait_for_selector(f'#messages .msg-assistant[data-id="{second["id"]}"]:not(.streaming)')
+    assert page.locator("#messages .msg-assistant").count() == 1
+    assert page.locator("#messages .msg-user").count() == 1
+
+    page.reload()
+    page.wait_for_selector("#messages .msg-assistant")
+    assert page.locator("#messages .msg-assistant").count() == 1
+    assert page.locator(f'#messages .msg-assistant[data-id="{second["id"]}"]').count() == 1
+
+
+def test_edit_and_resend_answers_the_new_text(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    page.evaluate(WATCH_STREAM, True)
+    send(b, "Name one fruit.")
+    b.wait_for_frame("reply.done")
+    page.wait_for_selector("#messages .msg-user .msg-actions button[aria-label='Edit and resend']")
+
+    page.click("#messages .msg-user .msg-actions button[aria-label='Edit and resend']")
+    page.fill("#messages .msg-user .editor textarea", "Name one vegetable.")
+    page.click("#messages .msg-user .editor .btn-primary")
+    b.wait_for_frame("reply.done", count=2)
+
+    assert b.frames.of("reply.start")[1]["user_message"]["content"] == "Name one vegetable."
+    page.wait_for_selector("#messages .msg-assistant:not(.streaming)")
+    assert page.locator("#messages .msg-user .bubble").inner_text() == "Name one vegetable."
+    assert page.locator("#messages .msg").count() == 2
+
+
+def test_enter_while_an_ime_composes_does_not_send(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    page.click("#input")
+    page.keyboard.type("ni hao")
+
+    # Shift+Enter is a new line, not a send.
+    page.keyboard.press("Shift+Enter")
+    assert page.input_value("#input") == "ni hao\n"
+    page.fill("#input", "你好")
+
+    # An input method is composing: Enter confirms its candidate, it must not send.
+    page.dispatch_event("#input", "compositionstart", {"data": ""})
+    page.evaluate(
+        """() => {
+          const input = document.getElementById('input');
+          const enter = {key: 'Enter', code: 'Enter', bubbles: true, cancelable: true};
+          input.dispatchEvent(new KeyboardEvent('keydown', {...enter, isComposing: true}));
+          input.dispatchEvent(new KeyboardEvent('keydown', {...enter, keyCode: 229}));
+        }"""
+    )
+    page.dispatch_event("#input", "compositionend", {"data": "你好"})
+    # Safari's order: compositionend first, then a keydown with keyCode 229.
+    page.evaluate(
+        """() => document.getElementById('input').dispatchEvent(new KeyboardEvent('keydown',
+             {key: 'Enter', code: 'Enter', keyCode: 229, bubbles: true, cancelable: true}))"""
+    )
+    page.wait_for_timeout(300)
+    assert [f for f in b.frames.sent if f.get("type") == "chat.send"] == []
+    assert page.locator("#messages .msg").count() == 0
+    assert page.input_value("#input") == "你好"
+
+    # Composition over: Enter sends.
+    page.evaluate(WATCH_STREAM, True)
+    page.keyboard.press("Enter")
+    b.wait_for_frame("reply.done")
+    assert [f["content"] for f in b.frames.sent if f.get("type") == "chat.send"] == ["你好"]
+    assert page.locator("#messages .msg-user .bubble").inner_text() == "你好"
+
+
+def test_xss_payloads_in_replies_and_messages_stay_inert(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    page.add_init_script(
+        """window.__xss = [];
+           window.__csp = [];
+           document.addEventListener('securitypolicyviolation',
+             (e) => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));"""
+    )
+    b.login("alice")
+
+    # A stored reply full of payloads.
+    response = page.goto(f"{b.live.url}/c/{b.live.seed['xss_session']}/")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    page.wait_for_selector("#messages .msg-assistant .md a")
+    check_inert(b)
+
+    # The same payloads asked as a question (user text) and streamed back as a cached answer.
+    page.goto(f"{b.live.url}/")
+    b.wait_connected()
+    question = XSS_QUESTION
+    page.fill("#input", question)
+    page.keyboard.press("Enter")
+    done = b.wait_for_frame("reply.done")
+    assert done["reply"]["served_from_cache"] is True
+    page.wait_for_selector("#messages .msg-assistant .badge-cached")
+    assert page.locator("#messages .msg-user .bubble").inner_text() == question
+    check_inert(b)
+
+    # Clicking the neutered links does nothing either.
+    page.get_by_text("click me").click()
+    page.get_by_text("x", exact=True).click()
+    page.wait_for_timeout(200)
+    assert b.dialogs == []
+    assert page.evaluate("window.__xss") == []
+
+
+def check_inert(b: Browsing) -> None:
+    page = b.page
+    page.wait_for_timeout(300)  # give an image error handler the time to fire, if any
+    assert b.dialogs == [], f"a payload opened a dialog: {b.dialogs}"
+    assert page.evaluate("window.__xss") == [], "a payload ran"
+    assert page.evaluate("window.__csp") == [], "the sanitiser let through something CSP stopped"
+    messages = page.locator("#messages")
+    assert messages.locator("script").count() == 0
+    assert messages.locator("img").count() == 0
+    assert messages.locator("[onerror], [onclick], [onload]").count() == 0
+    hrefs = page.eval_on_selector_all("#messages a[href]", "links => links.map(a => a.href)")
+    assert all(re.match(r"https?:", href) for href in hrefs), hrefs
+    assert "https://example.com/docs" in hrefs
+    rels = page.eval_on_selector_all("#messages a[href]", "links => links.map(a => a.rel)")
+    assert all(rel == "noopener noreferrer" for rel in rels), rels
+    # Raw HTML is shown as text, not dropped: the reader sees what the model wrote.
+    text = page.locator("#messages .msg-assistant .md").last.inner_text()
+    assert "<script>window.__xss" in text
+    assert "<img src=x onerror=" in text
+
+
+def test_another_users_session_url_is_404(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    response = page.goto(f"{b.live.url}/c/{b.live.seed['bob_session']}/")
+    assert response.status == 404
+    assert "Only Bob may read this" not in page.content()
+
+
+def test_phone_width_collapses_the_sidebar_and_renders_chinese(phone: Browsing) -> None:
+    b, page = phone, phone.page
+    b.login("alice")
+    page.goto(f"{b.live.url}/c/{b.live.seed['chinese_session']}/")
+    page.wait_for_selector("#messages .msg-assistant .code-block")
+
+    sidebar = page.locator("#sidebar")
+    box = sidebar.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= 0, "the sidebar should start hidden"
+    assert "中文 and English" in page.locator("#messages .msg-assistant .md").inner_text()
+    assert page.locator("#messages .badge-cached").is_visible()
+    # Nothing is wider than the phone.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+    page.click("#menu-btn")
+    page.wait_for_timeout(350)
+    box = sidebar.bounding_box()
+    assert box is not None
+    assert box["x"] >= 0
+    assert page.locator(".session-item", has_text="用 Python 读取文件").is_visible()
+
+
+# --- states, against a scripted websocket (no model: the server side is played by the test) --
+
+
+def _message(id_: int, role: str, content: str = "", **fields: object) -> dict[str, object]:
+    return {
+        "id": id_,
+        "role": role,
+        "content": content,
+        "status": "streaming" if role == "assistant" else "complete",
+        "finish_reason": "",
+        "served_from_cache": False,
+        "error": "",
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "ttft_ms": None,
+        "created_at": "2026-01-01T00:00:00+00:00",
+        **fields,
+    }
+
+
+def _script(text: str, turn: int) -> list[dict[str, object]]:
+    """What the scripted server answers to a chat.send of `text`."""
+    user, reply = 100 + 2 * turn, 101 + 2 * turn
+    start = {
+        "type": "reply.start",
+        "session": {"id": "5a1e5a1e-0000-4000-8000-000000000001", "title": "Scripted"},
+        "session_created": turn == 0,
+        "user_message": _message(user, "user", text),
+        "reply": _message(reply, "assistant"),
+    }
+
+    def failed(code: str, message: str, **extra: object) -> list[dict[str, object]]:
+        error = {"type": "error", "code": code, "message": message, "reply_id": reply, **extra}
+        done = _message(reply, "assistant", status="error", finish_reason="error", error=message)
+        return [start, error, {"type": "reply.done", "reply": done}]
+
+    if text == "queue":
+        return [start, {"type": "queued", "reply_id": reply, "position": 3}]
+    if text == "busy":
+        return failed("busy", "The assistant is at capacity; try again shortly.", retry_after=2)
+    if text == "down":
+        return failed("worker_down", "The model is not running")
+    if text == "long":
+        return failed("prompt_too_long", "The conversation is 5000 tokens long.")
+    raise AssertionError(text)
+
+
+def test_waiting_busy_failure_and_reconnecting_states_are_shown(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    sockets: list[object] = []
+    turns: list[str] = []
+
+    def scripted_server(ws: object) -> None:
+        sockets.append(ws)
+
+        def on_message(message: str | bytes) -> None:
+            frame = json.loads(message)
+            if frame["type"] == "chat.send":
+                for answer in _script(frame["content"], len(turns)):
+                    ws.send(json.dumps(answer))  # type: ignore[attr-defined]
+                turns.append(frame["content"])
+
+        ws.on_message(on_message)  # type: ignore[attr-defined]
+
+    page.route_web_socket(re.compile(r".*/ws/chat/$"), scripted_server)
+    b.login("alice")
+    shots = ARTIFACTS / "states"
+    shots.mkdir(parents=True, exist_ok=True)
+    notice = page.locator("#notice")
+
+    send(b, "queue")
+    page.wait_for_selector("#messages .msg-assistant .waiting")
+    assert "number 3" in page.locator("#messages .msg-assistant .waiting").inner_text()
+    assert "number 3 in line" in notice.inner_text()
+    assert page.locator("#stop-btn").is_visible()
+    page.screenshot(path=str(shots / "queued.png"))
+    # The scripted reply never ends: finish it as the server would after a stop.
+    page.click("#stop-btn")
+    done = _message(101, "assistant", "", status="interrupted", finish_reason="cancelled")
+    sockets[-1].send(json.dumps({"type": "reply.done", "reply": done}))  # type: ignore[attr-defined]
+    page.wait_for_selector("#send-btn:not([hidden])")
+
+    send(b, "busy")
+    page.wait_for_selector("#notice.warn")
+    assert "at capacity" in notice.inner_text()
+    assert "retry in" in notice.inner_text()
+    retry = notice.get_by_role("button", name="Retry")
+    assert retry.is_disabled()
+    page.screenshot(path=str(shots / "busy.png"))
+    page.wait_for_function("() => !document.querySelector('#notice .btn-primary').disabled")
+    assert "retry now" in notice.inner_text()
+
+    send(b, "down")
+    page.wait_for_selector("#notice.error")
+    assert "model is not answering" in notice.inner_text()
+    assert page.locator("#messages .msg-assistant .msg-error").last.inner_text() == (
+        "The model is not running"
+    )
+
+    send(b, "long")
+    page.wait_for_selector("#notice.error >> text=too long")
+    assert notice.get_by_role("button", name="New chat").is_visible()
+    page.screenshot(path=str(shots / "prompt_too_long.png"))
+
+    sockets[-1].close(code=1011)  # type: ignore[attr-defined]
+    page.wait_for_selector("#conn-state.offline")
+    assert "Connection lost" in notice.inner_text()
+    page.screenshot(path=str(shots / "reconnecting.png"))
+    # It reconnects by itself (the route answers the new socket too), and says so.
+    page.wait_for_selector("#conn-state.online", state="attached", timeout=10_000)
+    assert len(sockets) == 2
+    assert notice.is_hidden()

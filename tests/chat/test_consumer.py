@@ -1,0 +1,469 @@
+"""The chat websocket (docs/websocket.md) end to end through the ASGI application, with the fake
+runner behind an in-process engine client: no model, no Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
+
+from chat.models import CachedReply, ChatSession, Message
+from inference.local import LocalEngineClient
+from inference.service import set_engine_client
+from qassist.asgi import application
+from tenants.models import Tenant
+from tests.fakes import FakeRunner, make_engine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = (b"origin", b"http://localhost")
+
+
+@dataclass
+class FakeEngine:
+    runner: FakeRunner
+    client: LocalEngineClient
+
+
+@pytest.fixture
+def use_engine() -> Iterator[Callable[..., FakeEngine]]:
+    """Put an in-process engine over a FakeRunner behind the consumer."""
+    clients: list[LocalEngineClient] = []
+
+    def start(runner: FakeRunner | None = None, **engine_kwargs: Any) -> FakeEngine:
+        runner = runner or FakeRunner()
+        client = LocalEngineClient(lambda: make_engine(runner, **engine_kwargs))
+        client.start()
+        assert client.wait_ready(5)
+        clients.append(client)
+        set_engine_client(client)
+        return FakeEngine(runner, client)
+
+    yield start
+    set_engine_client(None)
+    for client in clients:
+        client.stop(timeout=0)  # its idle engine thread ends on its own within idle_wait
+
+
+@pytest.fixture
+def engine(use_engine: Callable[..., FakeEngine]) -> FakeEngine:
+    return use_engine()
+
+
+def _session_cookie(user: User) -> str:
+    client = Client()
+    client.force_login(user)
+    return str(client.cookies[settings.SESSION_COOKIE_NAME].value)
+
+
+async def open_socket(
+    user: User | None, origin: tuple[bytes, bytes] = ORIGIN
+) -> tuple[WebsocketCommunicator, bool, Any]:
+    headers = [origin]
+    if user is not None:
+        cookie = await database_sync_to_async(_session_cookie)(user)
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+    socket = WebsocketCommunicator(application, "/ws/chat/", headers=headers)
+    connected, detail = await socket.connect(timeout=5)
+    return socket, connected, detail
+
+
+async def connected_as(user: User) -> WebsocketCommunicator:
+    socket, connected, detail = await open_socket(user)
+    assert connected, f"refused with {detail}"
+    return socket
+
+
+async def until_done(socket: WebsocketCommunicator, wait: float = 5) -> list[dict[str, Any]]:
+    """Frames up to and including the next reply.done."""
+    frames = []
+    while True:
+        frame = await socket.receive_json_from(timeout=wait)
+        frames.append(frame)
+        if frame["type"] == "reply.done":
+            return frames
+
+
+def of(frames: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [f for f in frames if f["type"] == kind]
+
+
+def joined(frames: list[dict[str, Any]]) -> str:
+    return "".join(f["text"] for f in of(frames, "delta"))
+
+
+@database_sync_to_async
+def stored(message_id: int) -> Message:
+    return Message.objects.get(id=message_id)
+
+
+@database_sync_to_async
+def messages_of(session_id: str) -> list[tuple[str, str, str]]:
+    return [
+        (m.role, m.content, m.status)
+        for m in Message.objects.filter(session_id=uuid.UUID(session_id)).order_by(
+            "created_at", "id"
+        )
+    ]
+
+
+async def ask(
+    socket: WebsocketCommunicator, content: str, session: str | None = None
+) -> list[dict[str, Any]]:
+    await socket.send_json_to({"type": "chat.send", "session": session, "content": content})
+    return await until_done(socket)
+
+
+# --- connecting ------------------------------------------------------------------------------
+
+
+async def test_it_refuses_an_anonymous_connection() -> None:
+    _socket, connected, code = await open_socket(None)
+    assert not connected
+    assert code == 4401
+
+
+async def test_it_refuses_a_user_without_a_tenant() -> None:
+    loner = await database_sync_to_async(User.objects.create_user)("loner", password="x" * 12)
+    _socket, connected, code = await open_socket(loner)
+    assert not connected
+    assert code == 4403
+
+
+async def test_it_refuses_a_foreign_origin(member: User) -> None:
+    _socket, connected, _ = await open_socket(member, origin=(b"origin", b"https://evil.example"))
+    assert not connected
+
+
+# --- a reply ---------------------------------------------------------------------------------
+
+
+async def test_a_message_streams_back_and_is_stored_as_streamed(
+    engine: FakeEngine, member: User, tenant: Tenant
+) -> None:
+    socket = await connected_as(member)
+
+    frames = await ask(socket, "hello there")
+
+    start, done = frames[0], frames[-1]
+    assert start["type"] == "reply.start"
+    assert start["session_created"] is True
+    assert start["session"]["title"] == "hello there"
+    assert start["user_message"]["content"] == "hello there"
+    assert start["reply"]["status"] == "streaming"
+    assert len(of(frames, "delta")) >= 2
+    assert joined(frames) == "echo: hello there"
+    assert done["reply"]["status"] == "complete"
+    assert done["reply"]["finish_reason"] == "stop"
+    reply = await stored(done["reply"]["id"])
+    assert reply.content == joined(frames)
+    assert await messages_of(start["session"]["id"]) == [
+        ("user", "hello there", "complete"),
+        ("assistant", "echo: hello there", "complete"),
+    ]
+    await socket.disconnect()
+
+
+async def test_a_follow_up_continues_the_same_session(
+    engine: FakeEngine, member: User, tenant: Tenant
+) -> None:
+    socket = await connected_as(member)
+    first = await ask(socket, "one")
+    session_id = first[0]["session"]["id"]
+
+    second = await ask(socket, "two", session_id)
+
+    assert second[0]["session_created"] is False
+    assert second[0]["session"]["id"] == session_id
+    assert joined(second) == "echo: two"
+    assert len(await messages_of(session_id)) == 4
+    await socket.disconnect()
+
+
+async def test_stop_ends_the_reply_keeping_the_partial_text_marked_interrupted(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant
+) -> None:
+    fake = use_engine(FakeRunner(step_delay=0.01, reply_for=lambda _: "y" * 300))
+    socket = await connected_as(member)
+    await socket.send_json_to({"type": "chat.send", "session": None, "content": "go on"})
+    start = await socket.receive_json_from(timeout=5)
+    first_delta = await socket.receive_json_from(timeout=5)
+    assert first_delta["type"] == "delta"
+
+    await socket.send_json_to({"type": "chat.stop"})
+    frames = [start, first_delta, *await until_done(socket)]
+
+    reply = frames[-1]["reply"]
+    assert reply["status"] == "interrupted"
+    assert reply["finish_reason"] == "cancelled"
+    text = joined(frames)
+    assert 0 < len(text) < 300
+    assert (await stored(reply["id"])).content == text
+    assert len(fake.runner.released) == 1  # the engine freed the sequence
+    await socket.disconnect()
+
+
+async def test_a_disconnect_mid_reply_keeps_the_partial_text(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant
+) -> None:
+    fake = use_engine(FakeRunner(step_delay=0.01, reply_for=lambda _: "z" * 300))
+    socket = await connected_as(member)
+    await socket.send_json_to({"type": "chat.send", "session": None, "content": "go on"})
+    start = await socket.receive_json_from(timeout=5)
+    await socket.receive_json_from(timeout=5)  # a first delta
+
+    await socket.disconnect()
+
+    reply = await stored(start["reply"]["id"])
+    assert reply.status == Message.Status.INTERRUPTED
+    assert 0 < len(reply.content) < 300
+    for _ in range(50):
+        if fake.runner.released:
+            break
+        await asyncio.sleep(0.02)
+    assert len(fake.runner.released) == 1
+
+
+async def test_regenerate_replaces_the_last_reply(
+    engine: FakeEngine, member: User, tenant: Tenant
+) -> None:
+    socket = await connected_as(member)
+    first = await ask(socket, "question")
+    session_id = first[0]["session"]["id"]
+    old_reply_id = first[-1]["reply"]["id"]
+
+    await socket.send_json_to({"type": "chat.regenerate", "session": session_id})
+    frames = await until_done(socket)
+
+    assert frames[0]["type"] == "reply.start"
+    assert frames[0]["user_message"]["id"] == first[0]["user_message"]["id"]
+    assert frames[-1]["reply"]["id"] != old_reply_id
+    assert joined(frames) == "echo: question"
+    assert await messages_of(session_id) == [
+        ("user", "question", "complete"),
+        ("assistant", "echo: question", "complete"),
+    ]
+    await socket.disconnect()
+
+
+async def test_edit_replaces_the_last_user_message_and_answers_it(
+    engine: FakeEngine, member: User, tenant: Tenant
+) -> None:
+    socket = await connected_as(member)
+    first = await ask(socket, "frist question")
+    session_id = first[0]["session"]["id"]
+
+    await socket.send_json_to(
+        {"type": "chat.edit", "session": session_id, "content": "first question"}
+    )
+    frames = await until_done(socket)
+
+    assert frames[0]["user_message"]["id"] == first[0]["user_message"]["id"]
+    assert frames[0]["user_message"]["content"] == "first question"
+    assert joined(frames) == "echo: first question"
+    assert await messages_of(session_id) == [
+        ("user", "first question", "complete"),
+        ("assistant", "echo: first question", "complete"),
+    ]
+    await socket.disconnect()
+
+
+async def test_a_cached_reply_is_served_without_the_engine(
+    engine: FakeEngine, member: User, tenant: Tenant
+) -> None:
+    await database_sync_to_async(CachedReply.objects.create)(
+        tenant=tenant, question="What is qassist?", answer="Our **company assistant**. " * 4
+    )
+    socket = await connected_as(member)
+
+    frames = await ask(socket, "what is QASSIST")
+
+    reply = frames[-1]["reply"]
+    assert reply["served_from_cache"] is True
+    assert reply["status"] == "complete"
+    assert joined(frames) == "Our **company assistant**. " * 4
+    assert (await stored(reply["id"])).served_from_cache
+    assert engine.runner.batches == []
+    await socket.disconnect()
+
+
+# --- states the page shows -------------------------------------------------------------------
+
+
+async def test_a_second_request_waits_in_line_with_its_position(
+    use_engine: Callable[..., FakeEngine], member: User, owner: User, tenant: Tenant
+) -> None:
+    script = {"first": "w" * 300, "second": "then me"}
+    use_engine(FakeRunner(n_seq_max=1, step_delay=0.01, reply_for=script.__getitem__))
+    first, second = await connected_as(member), await connected_as(owner)
+    await first.send_json_to({"type": "chat.send", "session": None, "content": "first"})
+    await first.receive_json_from(timeout=5)  # reply.start
+    await first.receive_json_from(timeout=5)  # a delta: the only sequence is taken
+
+    await second.send_json_to({"type": "chat.send", "session": None, "content": "second"})
+    assert (await second.receive_json_from(timeout=5))["type"] == "reply.start"
+    queued = await second.receive_json_from(timeout=5)
+    assert queued["type"] == "queued"
+    assert queued["position"] == 1
+
+    await first.send_json_to({"type": "chat.stop"})
+    await until_done(first)
+    frames = await until_done(second)
+    assert joined(frames) == "then me"
+    assert frames[-1]["reply"]["status"] == "complete"
+    await first.disconnect()
+    await second.disconnect()
+
+
+async def test_a_full_queue_answers_busy_with_a_retry_hint(
+    use_engine: Callable[..., FakeEngine], member: User, owner: User, tenant: Tenant
+) -> None:
+    use_engine(FakeRunner(n_seq_max=1, step_delay=0.01, reply_for=lambda _: "w" * 200), max_queue=0)
+    first, second = await connected_as(member), await connected_as(owner)
+    await first.send_json_to({"type": "chat.send", "session": None, "content": "first"})
+    await first.receive_json_from(timeout=5)
+    await first.receive_json_from(timeout=5)
+
+    await second.send_json_to({"type": "chat.send", "session": None, "content": "second"})
+    frames = await until_done(second)
+
+    error = of(frames, "error")[0]
+    assert error["code"] == "busy"
+    assert error["retry_after"] > 0
+    assert error["reply_id"] == frames[-1]["reply"]["id"]
+    assert frames[-1]["reply"]["status"] == "error"
+    await first.send_json_to({"type": "chat.stop"})
+    await until_done(first)
+    await first.disconnect()
+    await second.disconnect()
+
+
+async def test_a_prompt_longer_than_the_context_is_an_error_event(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant
+) -> None:
+    use_engine(FakeRunner(max_seq_tokens=64))
+    socket = await connected_as(member)
+
+    frames = await ask(socket, "a long message " * 10)
+
+    assert of(frames, "error")[0]["code"] == "prompt_too_long"
+    assert frames[-1]["reply"]["status"] == "error"
+    # The connection is still usable.
+    await socket.send_json_to({"type": "chat.stop"})
+    await socket.send_json_to({"type": "nope"})
+    assert (await socket.receive_json_from(timeout=5))["code"] == "unknown_type"
+    await socket.disconnect()
+
+
+async def test_a_model_that_cannot_load_is_reported_as_worker_down(
+    member: User, tenant: Tenant
+) -> None:
+    def broken() -> Any:
+        raise FileNotFoundError("model file missing")
+
+    client = LocalEngineClient(broken)
+    set_engine_client(client)
+    try:
+        socket = await connected_as(member)
+        frames = await ask(socket, "hello")
+        assert of(frames, "error")[0]["code"] == "worker_down"
+        assert frames[-1]["reply"]["status"] == "error"
+        await socket.disconnect()
+    finally:
+        set_engine_client(None)
+        client.stop()
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("send", "code"),
+    [
+        ({"text_data": "not json"}, "bad_frame"),
+        ({"text_data": "[1, 2]"}, "bad_frame"),
+        ({"text_data": '{"type": "chat.fly"}'}, "unknown_type"),
+        ({"text_data": '{"no": "type"}'}, "unknown_type"),
+        (
+            {"text_data": '{"type": "chat.send", "session": null, "content": "   "}'},
+            "invalid_message",
+        ),
+        ({"text_data": '{"type": "chat.send", "session": null, "content": 7}'}, "invalid_message"),
+        (
+            {"text_data": '{"type": "chat.send", "session": "not-a-uuid", "content": "x"}'},
+            "not_found",
+        ),
+        ({"text_data": '{"type": "chat.regenerate", "session": null}'}, "not_found"),
+        ({"text_data": '{"type": "chat.edit", "session": null, "content": "x"}'}, "not_found"),
+    ],
+)
+async def test_a_bad_frame_gets_an_error_and_the_connection_stays_usable(
+    engine: FakeEngine, member: User, tenant: Tenant, send: dict[str, str], code: str
+) -> None:
+    socket = await connected_as(member)
+
+    await socket.send_to(**send)
+    error = await socket.receive_json_from(timeout=5)
+
+    assert error == {"type": "error", "code": code, "message": error["message"]}
+    assert error["message"]
+    frames = await ask(socket, "still here?")
+    assert joined(frames) == "echo: still here?"
+    await socket.disconnect()
+
+
+async def test_a_message_over_the_size_limit_is_refused(
+    engine: FakeEngine, member: User, tenant: Tenant
+) -> None:
+    socket = await connected_as(member)
+    await socket.send_json_to({"type": "chat.send", "session": None, "content": "x" * 32_001})
+    error = await socket.receive_json_from(timeout=5)
+    assert error["code"] == "invalid_message"
+    assert await database_sync_to_async(ChatSession.objects.count)() == 0
+    await socket.disconnect()
+
+
+async def test_another_users_session_is_not_found(
+    engine: FakeEngine, member: User, owner: User, tenant: Tenant
+) -> None:
+    owners = await database_sync_to_async(ChatSession.objects.create)(
+        user=owner, tenant=tenant, title="Owner's"
+    )
+    socket = await connected_as(member)
+
+    for frame in [
+        {"type": "chat.send", "session": str(owners.id), "content": "let me in"},
+        {"type": "chat.regenerate", "session": str(owners.id)},
+        {"type": "chat.edit", "session": str(owners.id), "content": "let me in"},
+    ]:
+        await socket.send_json_to(frame)
+        assert (await socket.receive_json_from(timeout=5))["code"] == "not_found"
+
+    assert await messages_of(str(owners.id)) == []
+    await socket.disconnect()
+
+
+async def test_sending_while_a_reply_streams_is_refused_and_the_reply_goes_on(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant
+) -> None:
+    use_engine(FakeRunner(step_delay=0.005, reply_for=lambda _: "v" * 60))
+    socket = await connected_as(member)
+    await socket.send_json_to({"type": "chat.send", "session": None, "content": "first"})
+    start = await socket.receive_json_from(timeout=5)
+
+    await socket.send_json_to({"type": "chat.send", "session": None, "content": "second"})
+    frames = [start, *await until_done(socket)]
+
+    assert [f["code"] for f in of(frames, "error")] == ["busy_connection"]
+    assert joined(frames) == "v" * 60
+    assert frames[-1]["reply"]["status"] == "complete"
+    await socket.disconnect()
