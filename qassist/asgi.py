@@ -1,16 +1,15 @@
 """ASGI entry point: HTTP to Django, websockets to the chat consumer (logged in, same origin).
 
-Static files (the chat page's CSS and JS) are served here too, by Django's static files handler,
-so that a bare `daphne qassist.asgi:application` is a complete server.
+Static files (the chat page's CSS and JS) are served by WhiteNoise's middleware, so a bare
+`daphne qassist.asgi:application` is a complete server.
 """
 
 import os
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qassist.settings")
-django_asgi_app = ASGIStaticFilesHandler(get_asgi_application())
+django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
