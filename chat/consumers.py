@@ -19,6 +19,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
 from chat import services
+from chat.models import Message
 from chat.services import ChatError, Turn
 from inference.service import get_engine_client
 from inference.types import Delta, Done, Failed, Queued
@@ -135,8 +136,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 "type": "reply.start",
                 "session": {"id": str(turn.session.id), "title": turn.session.title},
                 "session_created": turn.session_created,
-                "user_message": _message_json(turn.user_message),
-                "reply": _message_json(turn.reply),
+                "user_message": services.message_data(turn.user_message),
+                "reply": services.message_data(turn.reply),
             }
         )
         self._task = asyncio.create_task(self._stream(turn))
@@ -201,7 +202,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 **outcome,
             )
             with contextlib.suppress(Exception):  # the socket may be gone already
-                await self.send_json({"type": "reply.done", "reply": _message_json(message)})
+                await self.send_json(
+                    {"type": "reply.done", "reply": services.message_data(message)}
+                )
 
     async def _stream_cached(self, reply_id: int, answer: str, started: float) -> None:
         for i in range(0, len(answer), CACHED_CHUNK_CHARS):
@@ -213,7 +216,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             served_from_cache=True,
             latency_ms=round((time.monotonic() - started) * 1000),
         )
-        await self.send_json({"type": "reply.done", "reply": _message_json(message)})
+        await self._send_done(message)
+
+    async def _send_done(self, message: Message) -> None:
+        await self.send_json({"type": "reply.done", "reply": services.message_data(message)})
 
     async def _send(self, kind: str, reply_id: int, **fields: Any) -> None:
         await self.send_json({"type": kind, "reply_id": reply_id, **fields})
@@ -231,19 +237,3 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if retry_after is not None:
             frame["retry_after"] = retry_after
         await self.send_json(frame)
-
-
-def _message_json(message: Any) -> dict[str, Any]:
-    return {
-        "id": message.id,
-        "role": message.role,
-        "content": message.content,
-        "status": message.status,
-        "finish_reason": message.finish_reason,
-        "served_from_cache": message.served_from_cache,
-        "error": message.error,
-        "prompt_tokens": message.prompt_tokens,
-        "completion_tokens": message.completion_tokens,
-        "ttft_ms": message.ttft_ms,
-        "created_at": message.created_at.isoformat(),
-    }

@@ -284,6 +284,23 @@ def replies_interrupt_stale(*, older_than_seconds: int = STALE_STREAM_SECONDS) -
     )
 
 
+def message_data(message: Message) -> dict[str, Any]:
+    """The message object of docs/websocket.md, so stored and streamed messages render alike."""
+    return {
+        "id": message.id,
+        "role": message.role,
+        "content": message.content,
+        "status": message.status,
+        "finish_reason": message.finish_reason,
+        "served_from_cache": message.served_from_cache,
+        "error": message.error,
+        "prompt_tokens": message.prompt_tokens,
+        "completion_tokens": message.completion_tokens,
+        "ttft_ms": message.ttft_ms,
+        "created_at": message.created_at.isoformat(),
+    }
+
+
 # --- cached replies ------------------------------------------------------------------------
 
 

@@ -138,26 +138,9 @@ def session_data(session: ChatSession) -> dict[str, Any]:
     }
 
 
-def message_data(message: Message) -> dict[str, Any]:
-    """The message object of docs/websocket.md, so stored and streamed messages render alike."""
-    return {
-        "id": message.id,
-        "role": message.role,
-        "content": message.content,
-        "status": message.status,
-        "finish_reason": message.finish_reason,
-        "served_from_cache": message.served_from_cache,
-        "error": message.error,
-        "prompt_tokens": message.prompt_tokens,
-        "completion_tokens": message.completion_tokens,
-        "ttft_ms": message.ttft_ms,
-        "created_at": message.created_at.isoformat(),
-    }
-
-
 def _visible_messages(session: ChatSession) -> list[dict[str, Any]]:
     messages = session.messages.exclude(role=Message.Role.SYSTEM).order_by("created_at", "id")
-    return [message_data(m) for m in messages]
+    return [services.message_data(m) for m in messages]
 
 
 # --- pages -----------------------------------------------------------------------------------

@@ -104,6 +104,7 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 # Served by WhiteNoise from daphne itself; straight from static/ and the apps when nobody ran
 # collectstatic (tests, a fresh checkout), from STATIC_ROOT when someone did.
 WHITENOISE_USE_FINDERS = True
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing one
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- Redis: channel layer, Celery broker, rate-limit counters, engine transport -------------
