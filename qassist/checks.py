@@ -1,1 +1,252 @@
-"""Configuration problems are reported here, with stable ids, instead of at first request."""
+"""Configuration problems are reported here, with stable ids, instead of at first request.
+
+qassist.E001 llama-cpp-python missing or built with AMX
+qassist.E002 an engine size or sampling setting is malformed or inconsistent
+qassist.E003 QASSIST_ENGINE or REDIS_URL is unusable
+qassist.E004 QASSIST_MODEL names no known model and no .gguf file
+qassist.E005 DATABASE_URL cannot be parsed
+qassist.W001 the configured model is not on disk yet
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import dj_database_url
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+
+from inference import modelstore
+
+POSITIVE_INT_SETTINGS = (
+    "QASSIST_CONTEXT_SIZE",
+    "QASSIST_MAX_SEQ_TOKENS",
+    "QASSIST_PARALLEL",
+    "QASSIST_THREADS",
+    "QASSIST_BATCH_TOKENS",
+    "QASSIST_MAX_QUEUE",
+    "QASSIST_DEFAULT_MAX_TOKENS",
+    "QASSIST_WORKER_HEARTBEAT_SECONDS",
+)
+MAX_PARALLEL = 256  # llama.cpp's LLAMA_MAX_SEQ
+MAX_TEMPERATURE = 2.0  # OpenAI's range, which clients of the REST API expect
+ENGINE_MODES = ("auto", "embedded", "redis")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+REBUILD_HINT = (
+    "Run `make install`: it builds llama-cpp-python 0.3.36 without AMX into "
+    "~/.cache/qassist/wheels/noamx and installs that wheel (see the Makefile)."
+)
+
+AppConfigs = Sequence[AppConfig] | None
+
+
+def llama_system_info() -> str:
+    """llama.cpp's compile-time feature list; raises ImportError without llama-cpp-python."""
+    import llama_cpp
+
+    return str(llama_cpp.llama_print_system_info().decode("utf-8", errors="replace"))
+
+
+@register("qassist")
+def check_llama_cpp(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        info = llama_system_info()
+    except Exception as exc:  # ImportError, or OSError when the shared library cannot load
+        return [
+            Error(
+                f"llama-cpp-python cannot be loaded: {exc}",
+                hint=REBUILD_HINT,
+                id="qassist.E001",
+            )
+        ]
+    if "AMX_INT8" in info:
+        return [
+            Error(
+                "llama-cpp-python was built with AMX (its system info reports AMX_INT8); "
+                "qassist runs llama.cpp built without AMX.",
+                hint=REBUILD_HINT,
+                id="qassist.E001",
+            )
+        ]
+    return []
+
+
+def _shown(name: str, value: object) -> str:
+    """The value as the user wrote it: env_int keeps an unparseable one as -1."""
+    raw = os.environ.get(name)
+    if value == -1 and raw is not None:
+        return repr(raw)
+    return repr(value)
+
+
+@register("qassist")
+def check_engine_sizes(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    values: dict[str, int] = {}
+    for name in POSITIVE_INT_SETTINGS:
+        value = getattr(settings, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            values[name] = value
+            continue
+        errors.append(
+            Error(
+                f"{name}={_shown(name, value)} is not a positive integer.",
+                hint=f"Set {name} to a whole number above 0, or unset it for the default.",
+                id="qassist.E002",
+            )
+        )
+
+    def rule(left: str, right: str, holds: bool, why: str) -> None:
+        if left in values and right in values and not holds:
+            errors.append(
+                Error(
+                    f"{left}={values[left]} and {right}={values[right]}: {why}.",
+                    id="qassist.E002",
+                )
+            )
+
+    parallel = values.get("QASSIST_PARALLEL", 0)
+    rule(
+        "QASSIST_BATCH_TOKENS",
+        "QASSIST_PARALLEL",
+        values.get("QASSIST_BATCH_TOKENS", 0) >= parallel,
+        "one engine step must fit a token for every running sequence, so "
+        "QASSIST_BATCH_TOKENS must be at least QASSIST_PARALLEL",
+    )
+    rule(
+        "QASSIST_MAX_SEQ_TOKENS",
+        "QASSIST_CONTEXT_SIZE",
+        values.get("QASSIST_MAX_SEQ_TOKENS", 0) <= values.get("QASSIST_CONTEXT_SIZE", 0),
+        "one conversation cannot hold more tokens than the whole context, so "
+        "QASSIST_MAX_SEQ_TOKENS must be at most QASSIST_CONTEXT_SIZE",
+    )
+    if parallel > MAX_PARALLEL:
+        errors.append(
+            Error(
+                f"QASSIST_PARALLEL={parallel}: llama.cpp runs at most {MAX_PARALLEL} sequences.",
+                id="qassist.E002",
+            )
+        )
+    return errors + _temperature_errors()
+
+
+def _temperature_errors() -> list[CheckMessage]:
+    name = "QASSIST_DEFAULT_TEMPERATURE"
+    value = getattr(settings, name, 0.0)
+    if isinstance(value, int | float) and 0.0 <= value <= MAX_TEMPERATURE:  # NaN fails too
+        return []
+    return [
+        Error(
+            f"{name}={_shown(name, value)} is not a number from 0 to {MAX_TEMPERATURE:g}.",
+            hint="0 is greedy decoding; 0.7 is the default.",
+            id="qassist.E002",
+        )
+    ]
+
+
+@register("qassist")
+def check_engine_mode(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    mode = settings.QASSIST_ENGINE
+    redis_url = settings.REDIS_URL
+    if mode not in ENGINE_MODES:
+        errors.append(
+            Error(
+                f"QASSIST_ENGINE={mode!r} is not one of {', '.join(ENGINE_MODES)}.",
+                hint="auto: a separate inference worker when REDIS_URL is set, "
+                "the engine inside the web process otherwise.",
+                id="qassist.E003",
+            )
+        )
+    elif mode == "redis" and not redis_url:
+        errors.append(
+            Error(
+                "QASSIST_ENGINE=redis needs REDIS_URL: web processes reach the inference "
+                "worker through Redis.",
+                hint="Set REDIS_URL, or QASSIST_ENGINE=embedded to run the engine in-process.",
+                id="qassist.E003",
+            )
+        )
+    if redis_url and not _is_redis_url(redis_url):
+        errors.append(
+            Error(
+                f"REDIS_URL={redis_url!r} is not a redis://, rediss:// or unix:// URL.",
+                hint="For example redis://127.0.0.1:6379/0; unset it to run without Redis.",
+                id="qassist.E003",
+            )
+        )
+    return errors
+
+
+def _is_redis_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError on a malformed port
+    except ValueError:
+        return False
+    if parts.scheme == "unix":
+        return bool(parts.path)
+    return parts.scheme in REDIS_SCHEMES and bool(parts.hostname)
+
+
+@register("qassist")
+def check_model(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    name = settings.QASSIST_MODEL
+    models_dir = Path(settings.QASSIST_MODELS_DIR)
+    if name in modelstore.REGISTRY:
+        if modelstore.is_present(name, models_dir):
+            return []
+        return [
+            Warning(
+                f"The model {name} is not in {models_dir} yet; replies fail until it is.",
+                hint=f"Run `python manage.py fetch_model {name}`.",
+                id="qassist.W001",
+            )
+        ]
+    try:
+        modelstore.resolve_model_path(name, models_dir)
+    except modelstore.UnknownModelError:
+        return [
+            Error(
+                f"QASSIST_MODEL={name!r} is neither a known model nor an existing .gguf file.",
+                hint=f"Use one of {', '.join(modelstore.REGISTRY)}, or the path of a .gguf file.",
+                id="qassist.E004",
+            )
+        ]
+    return []
+
+
+@register("qassist")
+def check_database_url(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    url = settings.DATABASE_URL
+    try:
+        config = dj_database_url.parse(url)
+    except Exception as exc:  # dj_database_url raises ValueError subclasses, urllib others
+        # Its first sentence says what is wrong; the rest lists every scheme it knows.
+        return [_database_error(url, str(exc).split(". ")[0])]
+    if not config.get("NAME"):
+        return [_database_error(url, "it names no database")]
+    return []
+
+
+def _database_error(url: str, reason: str) -> Error:
+    return Error(
+        f"DATABASE_URL={_without_password(url)!r} cannot be used: {reason}",
+        hint="For example postgres://USER:PASSWORD@HOST:5432/NAME; unset it for SQLite in var/.",
+        id="qassist.E005",
+    )
+
+
+def _without_password(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            return url.replace(f":{parts.password}@", ":***@", 1)
+    except ValueError:
+        pass
+    return url

@@ -1,5 +1,94 @@
+"""`GET /healthz`: is every part qassist needs answering? For load balancers and people.
+
+200 when the database, Redis (when configured) and an inference worker answer; 503 otherwise,
+with `down` naming the parts that did not. Each probe has a timeout and turns any failure into
+a JSON field, so the endpoint neither hangs nor shows a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connection
 from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
+
+from inference.service import get_engine_client
+
+DATABASE_TIMEOUT = 2.0
+REDIS_TIMEOUT = 1.0
+ENGINE_TIMEOUT = 2.0
+
+Part = dict[str, Any]
 
 
-def healthz(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"status": "ok"})
+@never_cache
+@require_safe
+async def healthz(request: HttpRequest) -> JsonResponse:
+    database, redis_part, engine = await asyncio.gather(
+        _database(), _redis(), _engine(), return_exceptions=False
+    )
+    parts = {"database": database, "redis": redis_part, "engine": engine}
+    down = [name for name, part in parts.items() if part.get("ok") is False]
+    body = {
+        "status": "degraded" if down else "ok",
+        "down": down,
+        **parts,
+        "model": settings.QASSIST_MODEL,
+    }
+    return JsonResponse(body, status=503 if down else 200)
+
+
+def _failure(exc: BaseException, timeout: float) -> Part:
+    if isinstance(exc, TimeoutError):
+        return {"ok": False, "error": f"no answer within {timeout:g} s"}
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()}
+
+
+def _select_one() -> Part:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return {"ok": True, "vendor": connection.vendor}
+
+
+async def _database() -> Part:
+    try:
+        return await asyncio.wait_for(sync_to_async(_select_one)(), DATABASE_TIMEOUT)
+    except Exception as exc:
+        return _failure(exc, DATABASE_TIMEOUT)
+
+
+async def _redis() -> Part:
+    if not settings.REDIS_URL:
+        return {"mode": "embedded"}
+    try:
+        client = aioredis.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=REDIS_TIMEOUT, socket_timeout=REDIS_TIMEOUT
+        )
+    except Exception as exc:  # a malformed URL; the system check qassist.E003 says more
+        return _failure(exc, REDIS_TIMEOUT)
+    try:
+        # redis-py types ping() for its sync and async clients at once.
+        await asyncio.wait_for(cast(Awaitable[bool], client.ping()), REDIS_TIMEOUT)
+    except Exception as exc:
+        return _failure(exc, REDIS_TIMEOUT)
+    finally:
+        await client.aclose()
+    return {"ok": True}
+
+
+async def _engine() -> Part:
+    try:
+        health = await asyncio.wait_for(get_engine_client().health(), ENGINE_TIMEOUT)
+    except Exception as exc:
+        return _failure(exc, ENGINE_TIMEOUT)
+    if not isinstance(health, dict):
+        return {"ok": False, "error": f"unexpected health report: {health!r}"}
+    return {**health, "ok": bool(health.get("ok"))}

@@ -155,7 +155,7 @@ def _wait_until_up(live: LiveServer, server: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"daphne did not answer within 30 s:\n{live.tail()}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # sync Playwright runs a loop: end it before async tests
 def browser(requirements: None) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 

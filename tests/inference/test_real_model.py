@@ -129,7 +129,7 @@ async def test_closing_the_stream_frees_the_sequence(local_client):
             break
     await stream.aclose()
     engine = client.worker.engine
-    for _ in range(200):
+    for _ in range(1000):
         if engine.num_running == 0:
             break
         await asyncio.sleep(0.01)

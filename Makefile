@@ -1,0 +1,149 @@
+# qassist: `make run` sets up a fresh machine and starts every process; `make test` checks it.
+# Every step is idempotent and quick when it has already been done.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+LLAMA_VERSION := 0.3.36
+# pip's own wheel cache ignores CMAKE_ARGS, so the no-AMX build is kept here and pip is never
+# allowed to build llama-cpp-python by itself.
+WHEEL_DIR ?= $(HOME)/.cache/qassist/wheels/noamx
+NOAMX := -mno-amx-int8 -mno-amx-tile -mno-amx-bf16
+STAMP := $(VENV)/.installed
+MANAGE := $(BIN)/python manage.py
+
+HOST ?= 127.0.0.1
+PORT ?= 8000
+MODE ?= auto  # auto (Redis when REDIS_URL is set or one answers on 127.0.0.1:6379), redis, embedded
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export HOST PORT
+
+.PHONY: help install check-llama run model fetch-models test lint bench clean distclean
+
+help:
+	@echo "make run           set up this machine (venv, llama.cpp without AMX, database, model,"
+	@echo "                   demo tenant and admin) and start qassist on http://$(HOST):$(PORT)/"
+	@echo "                   MODE=embedded forces the no-Redis mode; HOST=, PORT= change the address"
+	@echo "make test          ruff, mypy and pytest (PYTEST_ARGS='-k ...' passes options to pytest)"
+	@echo "make fetch-models  the embedded model and qwen2.5-coder-0.5b (for benchmarks)"
+	@echo "make bench         the benchmarks (BENCH_ARGS='...' passes options)"
+	@echo "make clean         caches and collected static files (keeps .venv, models and data)"
+	@echo "make distclean     clean, and remove .venv too"
+
+# --- Installation ----------------------------------------------------------------------------
+
+install: $(STAMP) check-llama
+
+$(BIN)/python:
+	@echo "== creating $(VENV) with $(PYTHON)"
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	@if ! ls $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "== building llama-cpp-python $(LLAMA_VERSION) without AMX into $(WHEEL_DIR) (about 4 minutes, once per machine)"; \
+	  tmp=$$(mktemp -d); \
+	  CMAKE_ARGS="-DCMAKE_C_FLAGS='$(NOAMX)' -DCMAKE_CXX_FLAGS='$(NOAMX)'" \
+	    $(BIN)/pip wheel --no-cache-dir --no-deps -w "$$tmp" llama-cpp-python==$(LLAMA_VERSION); \
+	  mkdir -p $(WHEEL_DIR); \
+	  mv "$$tmp"/llama_cpp_python-$(LLAMA_VERSION)-*.whl $(WHEEL_DIR)/; \
+	  rm -rf "$$tmp"; \
+	fi
+	@echo "== installing llama-cpp-python $(LLAMA_VERSION) from $(WHEEL_DIR)"
+	@# --no-index: the wheel above or nothing; a build already in the venv is replaced.
+	$(BIN)/pip install -q --force-reinstall --no-deps --no-index --find-links $(WHEEL_DIR) \
+	  llama-cpp-python==$(LLAMA_VERSION)
+	@echo "== installing qassist and its dependencies"
+	$(BIN)/pip install -q --find-links $(WHEEL_DIR) -e '.[dev]'
+	touch $@
+
+# Cheap (one import), so it runs every time: a venv changed by hand fails here, not at run time.
+check-llama: $(STAMP)
+	@$(BIN)/python -c "import llama_cpp; assert 'AMX_INT8' not in llama_cpp.llama_print_system_info().decode()" \
+	  || { \
+	  echo "ERROR: the llama-cpp-python in $(VENV) is missing or was built with AMX." >&2; \
+	  echo "qassist needs the build without AMX. To rebuild it:" >&2; \
+	  echo "  rm -f $(WHEEL_DIR)/llama_cpp_python-*.whl $(STAMP) && make install" >&2; \
+	  exit 1; }
+
+# --- Running ---------------------------------------------------------------------------------
+
+model: install
+	$(MANAGE) fetch_model
+
+fetch-models: install
+	$(MANAGE) fetch_model smollm2-135m
+	$(MANAGE) fetch_model qwen2.5-coder-0.5b
+
+run: install
+	@case "$(strip $(MODE))" in auto|redis|embedded) ;; \
+	  *) echo "ERROR: MODE must be auto, redis or embedded, not '$(strip $(MODE))'" >&2; exit 1;; esac
+	$(MANAGE) migrate --noinput
+	$(MANAGE) fetch_model
+	$(MANAGE) collectstatic --noinput --verbosity 0
+	$(MANAGE) bootstrap_demo
+	@var="$${QASSIST_VAR_DIR:-var}"; mkdir -p "$$var/celery/queue" "$$var/celery/processed"
+	@mode="$(strip $(MODE))"; reason="MODE=$$mode"; \
+	if [[ "$$mode" == auto ]]; then \
+	  if [[ -n "$${QASSIST_NO_REDIS:-}" ]]; then \
+	    mode=embedded; reason="QASSIST_NO_REDIS is set"; \
+	  elif [[ -n "$${REDIS_URL:-}" ]]; then \
+	    mode=redis; reason="REDIS_URL is set"; \
+	  elif $(BIN)/python -c "import redis; redis.Redis(host='127.0.0.1', port=6379, socket_timeout=1, socket_connect_timeout=1).ping()" 2>/dev/null; then \
+	    mode=redis; reason="a Redis answers on 127.0.0.1:6379"; \
+	    export REDIS_URL=redis://127.0.0.1:6379/0; \
+	  else \
+	    mode=embedded; reason="REDIS_URL is not set and no Redis answers on 127.0.0.1:6379"; \
+	  fi; \
+	fi; \
+	case "$$mode" in \
+	  redis) \
+	    export REDIS_URL="$${REDIS_URL:-redis://127.0.0.1:6379/0}"; \
+	    shown=$$(sed -E 's#//[^@/]*@#//***@#' <<< "$$REDIS_URL"); \
+	    if ! REDIS_URL="$$REDIS_URL" $(BIN)/python -c "import os, redis; redis.Redis.from_url(os.environ['REDIS_URL'], socket_timeout=2, socket_connect_timeout=2).ping()" 2>/dev/null; then \
+	      echo "ERROR: Redis at $$shown does not answer; start it, or run: make run MODE=embedded" >&2; \
+	      exit 1; \
+	    fi; \
+	    procfile=Procfile; \
+	    echo "== Redis mode ($$reason): REDIS_URL=$$shown"; \
+	    echo "   processes: web (daphne), worker (the inference engine), celery, beat";; \
+	  embedded) \
+	    export REDIS_URL=; \
+	    procfile=Procfile.embedded; \
+	    echo "== embedded mode ($$reason): no Redis, the engine runs inside the web process"; \
+	    echo "   processes: web (daphne + engine), celery and beat on a filesystem broker";; \
+	esac; \
+	echo "== qassist on http://$(HOST):$(PORT)/  (health: http://$(HOST):$(PORT)/healthz; Ctrl-C stops all)"; \
+	export PATH="$(abspath $(BIN)):$$PATH"; \
+	exec $(BIN)/honcho --procfile $$procfile --app-root . start --port $(PORT)
+
+bench: install
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# --- Checking --------------------------------------------------------------------------------
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+
+test: lint
+	$(MANAGE) check --fail-level ERROR
+	@# Exit code 5 means pytest collected no test: that is a failure, never a silent pass.
+	@$(BIN)/pytest $(PYTEST_ARGS) || { rc=$$?; \
+	  if [[ $$rc -eq 5 ]]; then echo "ERROR: pytest collected no tests" >&2; fi; exit $$rc; }
+
+# --- Cleaning --------------------------------------------------------------------------------
+
+clean:
+	rm -rf .mypy_cache .ruff_cache .pytest_cache build *.egg-info var/staticfiles var/celery
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,237 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.core.checks import CheckMessage
+from pytest_django import Settings
+
+from qassist import checks
+
+
+def ids(messages: list[CheckMessage]) -> list[str]:
+    return [str(message.id) for message in messages]
+
+
+# --- qassist.E001: llama-cpp-python ----------------------------------------------------------
+
+
+def test_it_accepts_llama_cpp_built_without_amx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checks, "llama_system_info", lambda: "CPU : AVX2 = 1 | AVX512 = 1 |")
+    assert checks.check_llama_cpp() == []
+
+
+def test_it_rejects_llama_cpp_built_with_amx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checks, "llama_system_info", lambda: "CPU : AVX2 = 1 | AMX_INT8 = 1 |")
+    messages = checks.check_llama_cpp()
+    assert ids(messages) == ["qassist.E001"]
+    assert "AMX" in messages[0].msg
+    assert "make install" in str(messages[0].hint)
+
+
+def test_it_reports_a_missing_llama_cpp(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> str:
+        raise ImportError("No module named 'llama_cpp'")
+
+    monkeypatch.setattr(checks, "llama_system_info", missing)
+    messages = checks.check_llama_cpp()
+    assert ids(messages) == ["qassist.E001"]
+    assert "llama_cpp" in messages[0].msg
+
+
+def test_the_installed_llama_cpp_passes() -> None:
+    assert checks.check_llama_cpp() == []
+
+
+# --- qassist.E002: engine sizes --------------------------------------------------------------
+
+
+def test_the_default_sizes_pass() -> None:
+    assert checks.check_engine_sizes() == []
+
+
+def test_it_names_a_malformed_integer_and_what_was_written(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QASSIST_PARALLEL", "sixteen")
+    settings.QASSIST_PARALLEL = -1  # what env_int makes of it
+    messages = checks.check_engine_sizes()
+    assert ids(messages) == ["qassist.E002"]
+    assert "QASSIST_PARALLEL='sixteen'" in messages[0].msg
+
+
+@pytest.mark.parametrize("name", checks.POSITIVE_INT_SETTINGS)
+def test_every_size_must_be_positive(settings: Settings, name: str) -> None:
+    setattr(settings, name, 0)
+    messages = checks.check_engine_sizes()
+    assert "qassist.E002" in ids(messages)
+    assert any(f"{name}=0" in message.msg for message in messages)
+
+
+def test_a_step_must_fit_every_running_sequence(settings: Settings) -> None:
+    settings.QASSIST_PARALLEL = 32
+    settings.QASSIST_BATCH_TOKENS = 16
+    messages = checks.check_engine_sizes()
+    assert ids(messages) == ["qassist.E002"]
+    assert "QASSIST_BATCH_TOKENS=16" in messages[0].msg
+
+
+def test_a_conversation_must_fit_the_context(settings: Settings) -> None:
+    settings.QASSIST_CONTEXT_SIZE = 2048
+    settings.QASSIST_MAX_SEQ_TOKENS = 4096
+    messages = checks.check_engine_sizes()
+    assert ids(messages) == ["qassist.E002"]
+    assert "QASSIST_MAX_SEQ_TOKENS=4096" in messages[0].msg
+
+
+def test_parallel_is_capped_at_llama_cpps_limit(settings: Settings) -> None:
+    settings.QASSIST_PARALLEL = 257
+    settings.QASSIST_BATCH_TOKENS = 512
+    assert ids(checks.check_engine_sizes()) == ["qassist.E002"]
+    settings.QASSIST_PARALLEL = 256
+    assert checks.check_engine_sizes() == []
+
+
+@pytest.mark.parametrize("value", [-1.0, 2.5, float("nan")])
+def test_the_default_temperature_must_be_between_0_and_2(settings: Settings, value: float) -> None:
+    settings.QASSIST_DEFAULT_TEMPERATURE = value
+    messages = checks.check_engine_sizes()
+    assert ids(messages) == ["qassist.E002"]
+    assert "QASSIST_DEFAULT_TEMPERATURE" in messages[0].msg
+
+
+def test_it_names_a_malformed_temperature_as_written(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QASSIST_DEFAULT_TEMPERATURE", "warm")
+    settings.QASSIST_DEFAULT_TEMPERATURE = -1.0  # what env_float makes of it
+    assert "QASSIST_DEFAULT_TEMPERATURE='warm'" in checks.check_engine_sizes()[0].msg
+
+
+def test_greedy_decoding_is_a_valid_default(settings: Settings) -> None:
+    settings.QASSIST_DEFAULT_TEMPERATURE = 0.0
+    assert checks.check_engine_sizes() == []
+
+
+# --- qassist.E003: engine mode and Redis -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "redis_url"),
+    [
+        ("auto", ""),
+        ("auto", "redis://127.0.0.1:6379/0"),
+        ("embedded", ""),
+        ("redis", "rediss://user:secret@cache.example.com:6380/1"),
+        ("redis", "unix:///run/redis/redis.sock"),
+    ],
+)
+def test_it_accepts_usable_engine_settings(settings: Settings, engine: str, redis_url: str) -> None:
+    settings.QASSIST_ENGINE = engine
+    settings.REDIS_URL = redis_url
+    assert checks.check_engine_mode() == []
+
+
+def test_it_rejects_an_unknown_engine_mode(settings: Settings) -> None:
+    settings.QASSIST_ENGINE = "turbo"
+    messages = checks.check_engine_mode()
+    assert ids(messages) == ["qassist.E003"]
+    assert "'turbo'" in messages[0].msg
+
+
+def test_redis_mode_needs_redis_url(settings: Settings) -> None:
+    settings.QASSIST_ENGINE = "redis"
+    settings.REDIS_URL = ""
+    messages = checks.check_engine_mode()
+    assert ids(messages) == ["qassist.E003"]
+    assert "REDIS_URL" in messages[0].msg
+
+
+@pytest.mark.parametrize(
+    "redis_url", ["http://127.0.0.1:6379", "127.0.0.1:6379", "redis://host:port/0", "redis://"]
+)
+def test_it_rejects_a_redis_url_that_is_not_one(settings: Settings, redis_url: str) -> None:
+    settings.REDIS_URL = redis_url
+    messages = checks.check_engine_mode()
+    assert ids(messages) == ["qassist.E003"]
+    assert redis_url in messages[0].msg
+
+
+# --- qassist.W001 / E004: the model ----------------------------------------------------------
+
+
+def test_a_missing_model_file_is_a_warning_naming_the_command(
+    settings: Settings, tmp_path: Path
+) -> None:
+    settings.QASSIST_MODEL = "smollm2-135m"
+    settings.QASSIST_MODELS_DIR = tmp_path
+    messages = checks.check_model()
+    assert ids(messages) == ["qassist.W001"]
+    assert "manage.py fetch_model smollm2-135m" in str(messages[0].hint)
+
+
+def test_a_gguf_path_is_accepted(settings: Settings, tmp_path: Path) -> None:
+    model = tmp_path / "mine.gguf"
+    model.write_bytes(b"GGUF")
+    settings.QASSIST_MODEL = str(model)
+    assert checks.check_model() == []
+
+
+def test_an_unknown_model_is_an_error(settings: Settings, tmp_path: Path) -> None:
+    settings.QASSIST_MODEL = "gpt-5"
+    settings.QASSIST_MODELS_DIR = tmp_path
+    messages = checks.check_model()
+    assert ids(messages) == ["qassist.E004"]
+    assert "'gpt-5'" in messages[0].msg
+
+
+# --- qassist.E005: DATABASE_URL --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:////srv/qassist/db.sqlite3",
+        "postgres://qassist:secret@db.internal:5432/qassist",
+        "postgresql://postgres@127.0.0.1/test",
+    ],
+)
+def test_it_accepts_a_database_url(settings: Settings, url: str) -> None:
+    settings.DATABASE_URL = url
+    assert checks.check_database_url() == []
+
+
+@pytest.mark.parametrize(
+    "url", ["", "localhost:5432/qassist", "mongodb://db/qassist", "postgres://db:99999999/x"]
+)
+def test_it_rejects_a_database_url_it_cannot_parse(settings: Settings, url: str) -> None:
+    settings.DATABASE_URL = url
+    assert ids(checks.check_database_url()) == ["qassist.E005"]
+
+
+def test_a_database_url_without_a_database_name_is_rejected(settings: Settings) -> None:
+    settings.DATABASE_URL = "postgres://db.internal:5432"
+    messages = checks.check_database_url()
+    assert ids(messages) == ["qassist.E005"]
+    assert "names no database" in messages[0].msg
+
+
+def test_the_database_error_hides_the_password(settings: Settings) -> None:
+    settings.DATABASE_URL = "postgres://qassist:hunter2@db.internal:5432"
+    messages = checks.check_database_url()
+    assert "hunter2" not in messages[0].msg
+    assert "***" in messages[0].msg
+
+
+def test_the_checks_are_registered() -> None:
+    from django.core.checks import registry
+
+    registered = registry.registry.get_checks()
+    for check in (
+        checks.check_llama_cpp,
+        checks.check_engine_sizes,
+        checks.check_engine_mode,
+        checks.check_model,
+        checks.check_database_url,
+    ):
+        assert check in registered
