@@ -65,6 +65,7 @@ class RunResult:
     wall: float
     requests: list[RequestResult] = field(default_factory=list)
     overhead_share: float | None = None
+    cpu_share: dict[str, float] = field(default_factory=dict)  # process -> cores used
 
     @property
     def ok(self) -> list[RequestResult]:
@@ -133,6 +134,12 @@ def run_serial(model: Path, *, requests: int, max_tokens: int, threads: int) -> 
 
 
 # --- processes --------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -287,7 +294,7 @@ def run_qassist(model: Path, args: argparse.Namespace, logs: Path) -> list[RunRe
         ]
         worker = [PYTHON, "manage.py", "run_inference_worker"]
         with (
-            process(worker, env, logs / "worker.log"),
+            process(worker, env, logs / "worker.log") as worker_proc,
             process(daphne, env, logs / "web.log") as web,
         ):
             wait_http(f"{base}/healthz", 120, web, logs / "web.log")
@@ -298,12 +305,18 @@ def run_qassist(model: Path, args: argparse.Namespace, logs: Path) -> list[RunRe
             asyncio.run(closed_loop(make_client, 1, 1))  # warm up
             for c in args.concurrency:
                 before = worker_stats(base)
+                cpu_before = {p.pid: cpu_seconds(p.pid) for p in (worker_proc, web)}
                 wall, requests = asyncio.run(closed_loop(make_client, c, args.requests_per_client))
+                cpu = {pid: cpu_seconds(pid) - t for pid, t in cpu_before.items()}
                 after = worker_stats(base)
                 step = after.get("step_seconds", 0) - before.get("step_seconds", 0)
                 decode = after.get("decode_seconds", 0) - before.get("decode_seconds", 0)
                 overhead = 1 - decode / step if step > 0 else None
                 results.append(RunResult("qassist", c, wall, requests, overhead))
+                results[-1].cpu_share = {
+                    "worker": cpu[worker_proc.pid] / wall,
+                    "web": cpu[web.pid] / wall,
+                }
                 print_row(results[-1])
     return results
 
@@ -313,8 +326,9 @@ def run_qassist(model: Path, args: argparse.Namespace, logs: Path) -> list[RunRe
 
 async def http_client(url: str, prompts: list[str], max_tokens: int) -> list[RequestResult]:
     results = []
-    async with httpx.AsyncClient(timeout=600) as client:
-        for prompt in prompts:
+    # A fresh connection per request: llama-server closes a streamed response's connection.
+    for prompt in prompts:
+        async with httpx.AsyncClient(timeout=600) as client:
             sent = time.perf_counter()
             first = None
             tokens = 0
@@ -371,6 +385,8 @@ def run_llama_server(
 
 def print_row(r: RunResult) -> None:
     extra = f"  overhead {r.overhead_share:.1%}" if r.overhead_share is not None else ""
+    if r.cpu_share:
+        extra += "  cores " + ", ".join(f"{k} {v:.2f}" for k, v in r.cpu_share.items())
     print(
         f"{r.system:28s} C={r.concurrency:<3d} {r.aggregate_tps:7.1f} tok/s  "
         f"TTFT p50 {r.ttft(0.5):5.2f} s p95 {r.ttft(0.95):5.2f} s  "
@@ -435,8 +451,8 @@ def write_report(path: Path, args: argparse.Namespace, model: Path, serial: RunR
         "## Ratios (same run)",
         "",
         "| C | qassist / serial (b/a) | qassist / ceiling (b/c) | qassist / llama-server (b/d) "
-        "| engine overhead outside llama_decode |",
-        "|---|---|---|---|---|",
+        "| engine overhead outside llama_decode | cores used: worker / web |",
+        "|---|---|---|---|---|---|",
     ]
     for c in args.concurrency:
         b = by_c.get(c)
@@ -447,7 +463,8 @@ def write_report(path: Path, args: argparse.Namespace, model: Path, serial: RunR
         d = server_by_c.get(c)
         bd = f"{b.aggregate_tps / d.aggregate_tps:.2f}" if d and d.aggregate_tps else "—"
         overhead = f"{b.overhead_share:.1%}" if b.overhead_share is not None else "—"
-        lines.append(f"| {c} | {ba:.2f} | {bc:.0%} | {bd} | {overhead} |")
+        cores = f"{b.cpu_share['worker']:.2f} / {b.cpu_share['web']:.2f}" if b.cpu_share else "—"
+        lines.append(f"| {c} | {ba:.2f} | {bc:.0%} | {bd} | {overhead} | {cores} |")
     lines += [
         "",
         "- (a) one request at a time through `llama_cpp.Llama.create_chat_completion(stream=True)`;"
