@@ -42,6 +42,7 @@ from bench.ceiling import batched_decode_tokens_per_second
 from bench.prompts import PROMPTS
 
 ROOT = Path(__file__).resolve().parent.parent
+NOTES_HEADING = "\n## Notes\n"
 PYTHON = sys.executable
 
 
@@ -479,7 +480,11 @@ def write_report(path: Path, args: argparse.Namespace, model: Path, serial: RunR
         "(scheduling, sampling, detokenising, publishing), from the worker's counters.",
         "",
     ]
-    path.write_text("\n".join(lines))
+    # Hand-written notes after the generated part survive a new run.
+    notes = ""
+    if path.exists() and NOTES_HEADING in path.read_text():
+        notes = path.read_text().split(NOTES_HEADING, 1)[1]
+    path.write_text("\n".join(lines) + (NOTES_HEADING + notes if notes else ""))
 
 
 def main() -> None:
