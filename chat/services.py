@@ -170,16 +170,28 @@ def message_send(
     return _start_reply(session, user_message, created)
 
 
-@transaction.atomic
-def message_regenerate(*, user: User, session_id: uuid.UUID) -> Turn:
-    """Drop the last reply and ask again for the last user message."""
+def _last_user_message(
+    *, user: User, session_id: uuid.UUID, missing: ChatError
+) -> tuple[ChatSession, Message]:
+    """The session (idle) and its last user message, the one regenerate and edit act on."""
     session = session_get(user=user, session_id=session_id)
     _no_reply_in_progress(session)
     last_user = (
         session.messages.filter(role=Message.Role.USER).order_by("-created_at", "-id").first()
     )
     if last_user is None:
-        raise ChatError("nothing_to_regenerate", "There is no message to answer again.")
+        raise missing
+    return session, last_user
+
+
+@transaction.atomic
+def message_regenerate(*, user: User, session_id: uuid.UUID) -> Turn:
+    """Drop the last reply and ask again for the last user message."""
+    session, last_user = _last_user_message(
+        user=user,
+        session_id=session_id,
+        missing=ChatError("nothing_to_regenerate", "There is no message to answer again."),
+    )
     session.messages.filter(role=Message.Role.ASSISTANT, id__gt=last_user.id).delete()
     return _start_reply(session, last_user, False)
 
@@ -188,13 +200,11 @@ def message_regenerate(*, user: User, session_id: uuid.UUID) -> Turn:
 def message_edit_last(*, user: User, session_id: uuid.UUID, content: str) -> Turn:
     """Replace the last user message's text and answer it afresh."""
     content = check_message_content(content)
-    session = session_get(user=user, session_id=session_id)
-    _no_reply_in_progress(session)
-    last_user = (
-        session.messages.filter(role=Message.Role.USER).order_by("-created_at", "-id").first()
+    session, last_user = _last_user_message(
+        user=user,
+        session_id=session_id,
+        missing=ChatError("nothing_to_edit", "There is no message to edit."),
     )
-    if last_user is None:
-        raise ChatError("nothing_to_edit", "There is no message to edit.")
     session.messages.filter(id__gt=last_user.id).delete()
     last_user.content = content
     last_user.save(update_fields=["content", "updated_at"])
