@@ -16,6 +16,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from django.http import Http404
 
 from chat import services
@@ -36,6 +37,7 @@ CACHED_CHUNK_CHARS = 24  # a cached answer is streamed in chunks like a generate
 class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     tenant: Tenant
     _task: asyncio.Task[None] | None = None
+    _title_task: asyncio.Task[None] | None = None
     _request_id: str | None = None
 
     async def connect(self) -> None:
@@ -55,10 +57,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def disconnect(self, code: int) -> None:
         # Leaving mid-reply cancels it: the engine frees the sequence within one step, and the
         # text so far is kept, marked interrupted.
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._title_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict):
@@ -202,9 +205,37 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 **outcome,
             )
             with contextlib.suppress(Exception):  # the socket may be gone already
-                await self.send_json(
-                    {"type": "reply.done", "reply": services.message_data(message)}
-                )
+                await self._send_done(message)
+            if (
+                turn.session_created
+                and message.status == Message.Status.COMPLETE
+                and settings.QASSIST_GENERATE_TITLES
+            ):
+                self._title_task = asyncio.create_task(self._generate_title(turn))
+
+    async def _generate_title(self, turn: Turn) -> None:
+        """Ask the model for a short title, after the reply and at a lower priority than any
+        reply, so it never delays one. The first-message title stays if this fails."""
+        sub = Submission(
+            request_id=uuid.uuid4().hex,
+            messages=tuple(services.title_request(first_message=turn.user_message.content)),
+            params=services.title_sampling(),
+            priority=self.tenant.priority - 1,
+        )
+        parts = []
+        async for event in get_engine_client().generate(sub):
+            if isinstance(event, Delta):
+                parts.append(event.text)
+            elif isinstance(event, Failed):
+                return
+        title = services.clean_title("".join(parts))
+        changed = await database_sync_to_async(services.session_set_generated_title)(
+            session_id=turn.session.id, title=title, replaces=turn.session.title
+        )
+        if changed:
+            await self.send_json(
+                {"type": "session.title", "session": {"id": str(turn.session.id), "title": title}}
+            )
 
     async def _stream_cached(self, reply_id: int, answer: str, started: float) -> None:
         for i in range(0, len(answer), CACHED_CHUNK_CHARS):

@@ -6,6 +6,7 @@ through `database_sync_to_async`.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -103,6 +104,42 @@ def default_title(text: str) -> str:
         return line
     cut = line[:TITLE_CHARS].rsplit(" ", 1)[0] if " " in line[:TITLE_CHARS] else line[:TITLE_CHARS]
     return cut + "…"
+
+
+def title_request(*, first_message: str) -> list[ChatMessage]:
+    """What the model is asked for a conversation's title."""
+    return [
+        ChatMessage("system", "You name conversations. Answer with a short title only."),
+        ChatMessage(
+            "user",
+            "Give a title of at most six words for a conversation that starts with this "
+            f"message, in the message's language:\n\n{first_message[:500]}",
+        ),
+    ]
+
+
+GENERATED_TITLE_MAX_CHARS = 48
+
+
+def clean_title(raw: str) -> str:
+    """The model's answer made into a title: its first line, no quotes or 'Title:' label.
+    An answer that is no title (code, a whole sentence) gives "": the first-message title stays.
+    """
+    line = next((part.strip() for part in raw.splitlines() if part.strip()), "")
+    if line.startswith("```"):
+        return ""
+    line = re.sub(r"^(title|标题)\s*[:：]\s*", "", line, flags=re.IGNORECASE)
+    line = line.strip(" \"'“”‘’「」《》*#`.。")
+    if len(line) > GENERATED_TITLE_MAX_CHARS or len(line.split()) > 8:
+        return ""
+    return line
+
+
+def session_set_generated_title(*, session_id: uuid.UUID, title: str, replaces: str) -> bool:
+    """Set a generated title unless the user renamed the session meanwhile."""
+    if not title:
+        return False
+    return bool(ChatSession.objects.filter(id=session_id, title=replaces).update(title=title))
 
 
 def conversation_for(*, session: ChatSession) -> list[ChatMessage]:
@@ -332,6 +369,10 @@ def cached_reply_lookup(*, tenant: Tenant, conversation: list[ChatMessage]) -> C
     if reply is not None:
         CachedReply.objects.filter(id=reply.id).update(hits=F("hits") + 1, last_hit_at=now)
     return reply
+
+
+def title_sampling() -> SamplingParams:
+    return SamplingParams(max_tokens=20, temperature=0, stop=("\n",))
 
 
 def default_sampling() -> SamplingParams:

@@ -148,6 +148,8 @@ QASSIST_BATCH_TOKENS = env_int("QASSIST_BATCH_TOKENS", 256)  # token budget of o
 QASSIST_MAX_QUEUE = env_int("QASSIST_MAX_QUEUE", 64)  # requests waiting beyond the running ones
 QASSIST_DEFAULT_MAX_TOKENS = env_int("QASSIST_DEFAULT_MAX_TOKENS", 512)
 QASSIST_DEFAULT_TEMPERATURE = env_float("QASSIST_DEFAULT_TEMPERATURE", 0.7)
+# After a new conversation's first reply, ask the model (at low priority) for a short title.
+QASSIST_GENERATE_TITLES = env_bool("QASSIST_GENERATE_TITLES", True)
 QASSIST_WORKER_HEARTBEAT_SECONDS = env_int("QASSIST_WORKER_HEARTBEAT_SECONDS", 5)
 # "auto": a separate worker when REDIS_URL is set, the in-process engine otherwise.
 QASSIST_ENGINE = env_str("QASSIST_ENGINE", "auto")

@@ -507,6 +507,16 @@
     }
   }
 
+  function onSessionTitle(f) {
+    if (!f.session || typeof f.session.title !== "string") return;
+    const item = state.sessions.find((s) => s.id === f.session.id);
+    if (item) {
+      item.title = f.session.title;
+      renderSidebar();
+    }
+    if (f.session.id === state.sessionId) setTitle(f.session.title);
+  }
+
   function handleFrame(f) {
     if (!f || typeof f !== "object") return;
     switch (f.type) {
@@ -515,6 +525,7 @@
       case "delta": onDelta(f); break;
       case "reply.done": onReplyDone(f); break;
       case "error": onError(f); break;
+      case "session.title": onSessionTitle(f); break;
       default: break;
     }
   }

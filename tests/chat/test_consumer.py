@@ -467,3 +467,45 @@ async def test_sending_while_a_reply_streams_is_refused_and_the_reply_goes_on(
     assert joined(frames) == "v" * 60
     assert frames[-1]["reply"]["status"] == "complete"
     await socket.disconnect()
+
+
+# --- generated titles ------------------------------------------------------------------------
+
+
+async def test_a_new_conversation_gets_a_generated_title_after_its_first_reply(
+    use_engine: Callable[..., FakeEngine], member: User, settings: Any
+) -> None:
+    settings.QASSIST_GENERATE_TITLES = True
+
+    def reply_for(prompt: str) -> str:
+        return '"Q3 offsite"\nand more' if "title" in prompt else "Sure."
+
+    fake = use_engine(FakeRunner(reply_for=reply_for))
+    socket = await connected_as(member)
+    frames = await ask(socket, "help me plan the Q3 offsite for our team")
+    assert joined(frames) == "Sure."  # the reply is not held up by the title
+    title = await socket.receive_json_from(timeout=5)
+    session_id = frames[0]["session"]["id"]
+    assert title == {
+        "type": "session.title",
+        "session": {"id": session_id, "title": "Q3 offsite"},
+    }
+    session = await ChatSession.objects.aget(id=session_id)
+    assert session.title == "Q3 offsite"
+    requests = {rid for b in fake.runner.batches for rid, _ in b.prefills}
+    assert len(requests) == 2  # the reply, then the title
+    await socket.disconnect()
+
+
+async def test_a_title_the_user_set_meanwhile_is_not_overwritten(
+    use_engine: Callable[..., FakeEngine], member: User, settings: Any
+) -> None:
+    settings.QASSIST_GENERATE_TITLES = True
+    use_engine(FakeRunner(reply_for=lambda p: "Generated" if "title" in p else "ok"))
+    socket = await connected_as(member)
+    frames = await ask(socket, "first message")
+    session_id = frames[0]["session"]["id"]
+    await ChatSession.objects.filter(id=session_id).aupdate(title="Mine")
+    assert await socket.receive_nothing(timeout=0.5)
+    assert (await ChatSession.objects.aget(id=session_id)).title == "Mine"
+    await socket.disconnect()

@@ -202,3 +202,31 @@ def test_a_system_prompt_does_not_stop_a_single_question_from_matching(tenant):
         ChatMessage("user", "What is the VPN address"),
     ]
     assert services.cached_reply_lookup(tenant=tenant, conversation=conversation) == reply
+
+
+@pytest.mark.parametrize(
+    ("raw", "title"),
+    [
+        ('"Planning the offsite"', "Planning the offsite"),
+        ("Title: VPN setup help.", "VPN setup help"),
+        ("标题：北京历史简介。", "北京历史简介"),
+        ("\n\n  Git undo tips\nsecond line", "Git undo tips"),
+        ("   ", ""),
+        ("```python\ndef f(): pass", ""),
+        ("The story of a city's history is a tale of resilience and the power of change.", ""),
+    ],
+)
+def test_a_model_answer_is_cleaned_into_a_title(raw, title):
+    assert services.clean_title(raw) == title
+
+
+def test_a_generated_title_replaces_only_the_title_it_was_made_for(member, tenant):
+    turn = send(member, tenant, "first")
+    assert services.session_set_generated_title(
+        session_id=turn.session.id, title="Better", replaces="first"
+    )
+    assert not services.session_set_generated_title(
+        session_id=turn.session.id, title="Other", replaces="first"
+    )
+    turn.session.refresh_from_db()
+    assert turn.session.title == "Better"
