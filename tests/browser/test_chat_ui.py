@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -115,22 +116,23 @@ def test_a_dropped_connection_mid_reply_keeps_the_partial_text(browsing: Browsin
     b, page = browsing, browsing.page
     links: list[tuple[object, object]] = []
 
-    def proxy(ws: object) -> None:  # pass frames through, so the test can cut the line
-        links.append((ws, ws.connect_to_server()))  # type: ignore[attr-defined]
+    def proxy(ws: Any) -> None:
+        # Pass frames through, and cut the line right after the first piece of the first reply:
+        # a short reply must not finish before the cut.
+        server = ws.connect_to_server()
+        links.append((ws, server))
+
+        def from_server(message: str | bytes) -> None:
+            ws.send(message)
+            if len(links) == 1 and '"delta"' in str(message):
+                server.close()
+                ws.close(code=1011)
+
+        server.on_message(from_server)
 
     page.route_web_socket(re.compile(r".*/ws/chat/$"), proxy)
     b.login("alice")
     send(b, "Count from 1 to 100, separated by commas.")
-    page.wait_for_function(
-        """() => {
-          const reply = document.querySelector('#messages .msg-assistant.streaming .md');
-          return reply && reply.textContent.trim();
-        }"""
-    )
-
-    page_side, server_side = links[-1]
-    server_side.close()  # type: ignore[attr-defined]
-    page_side.close(code=1011)  # type: ignore[attr-defined]
     page.wait_for_selector("#conn-state.offline", state="attached")
 
     # Back by itself; the thread is redrawn from what the server kept.
