@@ -18,6 +18,14 @@ from tenants.services import api_key_create, tenant_create
 PASSWORD = "correct horse battery staple"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from django.conf import settings
+
+    # Connections opened on asgiref's worker threads (database_sync_to_async) are closed after
+    # each use, so none outlives the test run and blocks dropping the PostgreSQL test database.
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+
 @pytest.fixture(autouse=True)
 def no_generated_titles(settings: Settings) -> None:
     # A title request after each new conversation's reply would interleave with what most

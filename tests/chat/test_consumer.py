@@ -490,7 +490,7 @@ async def test_a_new_conversation_gets_a_generated_title_after_its_first_reply(
         "type": "session.title",
         "session": {"id": session_id, "title": "Q3 offsite"},
     }
-    session = await ChatSession.objects.aget(id=session_id)
+    session = await database_sync_to_async(ChatSession.objects.get)(id=session_id)
     assert session.title == "Q3 offsite"
     requests = {rid for b in fake.runner.batches for rid, _ in b.prefills}
     assert len(requests) == 2  # the reply, then the title
@@ -505,7 +505,8 @@ async def test_a_title_the_user_set_meanwhile_is_not_overwritten(
     socket = await connected_as(member)
     frames = await ask(socket, "first message")
     session_id = frames[0]["session"]["id"]
-    await ChatSession.objects.filter(id=session_id).aupdate(title="Mine")
+    await database_sync_to_async(ChatSession.objects.filter(id=session_id).update)(title="Mine")
     assert await socket.receive_nothing(timeout=0.5)
-    assert (await ChatSession.objects.aget(id=session_id)).title == "Mine"
+    session = await database_sync_to_async(ChatSession.objects.get)(id=session_id)
+    assert session.title == "Mine"
     await socket.disconnect()

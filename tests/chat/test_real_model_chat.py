@@ -4,8 +4,8 @@ import asyncio
 import os
 
 import pytest
-from asgiref.sync import sync_to_async
 from channels.auth import AuthMiddlewareStack
+from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.test import Client
@@ -49,7 +49,7 @@ def session_cookie(user):
 
 
 async def connect(user):
-    cookie = await sync_to_async(session_cookie)(user)
+    cookie = await database_sync_to_async(session_cookie)(user)
     app = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
     return WebsocketCommunicator(app, "/ws/chat/", headers=[(b"cookie", cookie)])
 
@@ -80,7 +80,7 @@ async def test_a_chinese_reply_streams_and_is_stored_exactly(real_engine, member
     assert errors == []
     assert len(deltas) > 1
     assert not any("\ufffd" in d for d in deltas)
-    stored = await Message.objects.aget(id=done["id"])
+    stored = await database_sync_to_async(Message.objects.get)(id=done["id"])
     assert stored.content == "".join(deltas)
     assert stored.status == Message.Status.COMPLETE
     assert stored.completion_tokens > 0
@@ -116,7 +116,7 @@ async def test_disconnecting_mid_reply_frees_the_sequence_and_keeps_the_text(
         pass
     await ws.disconnect()
     engine = real_engine.worker.engine
-    reply = await Message.objects.aget(id=start["reply"]["id"])
+    reply = await database_sync_to_async(Message.objects.get)(id=start["reply"]["id"])
     assert reply.status == Message.Status.INTERRUPTED
     assert reply.content
     for _ in range(500):  # the cancel reaches the engine thread within a step or two
