@@ -192,10 +192,13 @@ def qassist_env(workdir: Path, model: Path, args: argparse.Namespace) -> dict[st
             "QASSIST_MODEL": str(model),
             "QASSIST_PARALLEL": str(args.parallel),
             "QASSIST_THREADS": str(args.threads),
-            "QASSIST_CONTEXT_SIZE": str(args.parallel * 1024),
+            "QASSIST_CONTEXT_SIZE": str(args.context_size or args.parallel * 1024),
             "QASSIST_BATCH_TOKENS": str(args.batch_tokens),
             "QASSIST_DEFAULT_MAX_TOKENS": str(args.max_tokens),
             "QASSIST_DEFAULT_TEMPERATURE": "0",
+            # Each bench request opens a new conversation; its title request would be work
+            # that neither the baseline nor llama-server does.
+            "QASSIST_GENERATE_TITLES": os.environ.get("BENCH_TITLES", "0"),
             "QASSIST_MAX_QUEUE": "256",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "LOG_LEVEL": "WARNING",
@@ -501,6 +504,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--parallel", type=int, default=16)
     parser.add_argument("--batch-tokens", type=int, default=256)
+    parser.add_argument(
+        "--context-size", type=int, default=0, help="KV cells (default 1024 a sequence)"
+    )
     parser.add_argument(
         "--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/14"
     )

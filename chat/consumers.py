@@ -221,6 +221,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             messages=tuple(services.title_request(first_message=turn.user_message.content)),
             params=services.title_sampling(),
             priority=self.tenant.priority - 1,
+            background=True,
         )
         parts = []
         async for event in get_engine_client().generate(sub):

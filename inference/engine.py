@@ -100,9 +100,11 @@ class Engine:
         params: SamplingParams,
         *,
         priority: int = 0,
+        background: bool = False,
     ) -> list[Event]:
         try:
             request = self._make_request(request_id, messages, params, priority)
+            request.background = background
         except EngineError as exc:
             return [failed(request_id, exc)]
         if not self.scheduler.add(request):

@@ -26,14 +26,15 @@ from inference.types import FinishReason, Request, RequestStatus
 
 class WaitingQueue:
     """Requests not yet running, ordered by a policy: `priority` (higher first, then FCFS) or
-    `fcfs`. Bounded: `add` refuses when full so the caller can answer "busy" at once."""
+    `fcfs`, background work last. Bounded: `add` refuses when full so the caller can answer
+    "busy" at once."""
 
     def __init__(self, max_size: int, policy: str = "priority") -> None:
         if policy not in {"priority", "fcfs"}:
             raise ValueError(f"unknown queue policy {policy!r}")
         self.max_size = max_size
         self.policy = policy
-        self._items: list[tuple[tuple[int, int], Request]] = []
+        self._items: list[tuple[tuple[bool, int, int], Request]] = []
         self._counter = itertools.count()
 
     def __len__(self) -> int:
@@ -50,7 +51,8 @@ class WaitingQueue:
         if self.full:
             return False
         rank = -request.priority if self.policy == "priority" else 0
-        key = (rank, next(self._counter))
+        # Background work (titles) comes after every reply, whatever its priority.
+        key = (request.background, rank, next(self._counter))
         bisect.insort(self._items, (key, request), key=lambda item: item[0])
         return True
 
@@ -229,11 +231,14 @@ class Scheduler:
         while budget > 0 and len(self.running) < self.max_running and self.waiting:
             head = self.waiting.peek()
             assert head is not None
+            if head.background and not self._room_for_background():
+                break  # background work waits for a quiet moment; it never slows a reply
             if not self._admit(head, out):
                 break  # not enough KV room yet: the head waits, so nobody jumps it
             self.waiting.pop()
 
-        for req in self.running:
+        # Replies' prompts before background work's, each in order of admission.
+        for req in sorted(self.running, key=lambda r: r.background):
             if budget <= 0:
                 break
             if not req.prefill_done:
@@ -257,6 +262,13 @@ class Scheduler:
                 advanced.append(req)
         return advanced
 
+    def _room_for_background(self) -> bool:
+        """Half the sequences free, and few background requests running already."""
+        running_background = sum(r.background for r in self.running)
+        return len(self.running) < self.max_running // 2 and running_background < max(
+            1, self.max_running // 8
+        )
+
     # --- KV placement ------------------------------------------------------------------------
 
     def _reserve(self, req: Request) -> int:
@@ -275,7 +287,10 @@ class Scheduler:
         usable = len(req.prompt_tokens) - 1
 
         def reuse(slot: Slot) -> int:
-            return min(common_prefix_len(slot.tokens, req.prompt_tokens), usable)
+            n = min(common_prefix_len(slot.tokens, req.prompt_tokens), usable)
+            # Taking over a kept conversation for a short shared prefix would throw the rest
+            # away: below half of what it holds, the prefix is copied and the cache is kept.
+            return n if 2 * n >= len(slot.tokens) else 0
 
         # Longest reusable prefix first; else an empty sequence before evicting a kept cache;
         # else the least recently used cache.

@@ -120,6 +120,7 @@ class Request:
     params: SamplingParams
     priority: int = 0
     prompt_text: str = ""  # the rendered prompt the tokens came from, when known
+    background: bool = False  # admitted only while half the sequences are free
     arrival: float = field(default_factory=time.monotonic)
     status: RequestStatus = RequestStatus.WAITING
     seq_id: int | None = None

@@ -29,6 +29,7 @@ class Submission:
     params: SamplingParams = field(default_factory=SamplingParams)
     priority: int = 0
     submitted_at: float = field(default_factory=time.time)
+    background: bool = False  # work nobody waits on (titles): runs only on spare sequences
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -36,6 +37,7 @@ class Submission:
             "messages": [{"role": m.role, "content": m.content} for m in self.messages],
             "params": self.params.to_dict(),
             "priority": self.priority,
+            "background": self.background,
             "submitted_at": self.submitted_at,
         }
 
@@ -48,6 +50,7 @@ class Submission:
             ),
             params=SamplingParams.from_dict(data.get("params") or {}),
             priority=int(data.get("priority", 0)),
+            background=bool(data.get("background", False)),
             submitted_at=float(data.get("submitted_at", time.time())),
         )
 
@@ -95,7 +98,9 @@ class EngineWorker:
     def admit(self) -> None:
         scheduler = self.engine.scheduler
         if self.transport.shared_queue:
-            limit = scheduler.free_slots - self.engine.num_waiting
+            # Take what can start now; background work parked here must not hold replies back.
+            waiting = sum(not r.background for r in scheduler.waiting)
+            limit = scheduler.free_slots - waiting
         else:
             limit = scheduler.free_slots + scheduler.waiting.max_size - self.engine.num_waiting + 1
         if limit <= 0:
@@ -103,7 +108,11 @@ class EngineWorker:
         timeout = 0.0 if self.engine.has_work else self.idle_wait
         for sub in self.transport.fetch(limit, timeout):
             events = self.engine.add_request(
-                sub.request_id, sub.messages, sub.params, priority=sub.priority
+                sub.request_id,
+                sub.messages,
+                sub.params,
+                priority=sub.priority,
+                background=sub.background,
             )
             self.transport.publish(events)
 

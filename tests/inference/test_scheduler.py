@@ -214,3 +214,65 @@ def test_duplicate_request_ids_are_refused():
     s.add(req("a"))
     with pytest.raises(ValueError, match="duplicate"):
         s.add(req("a"))
+
+
+def test_background_work_waits_until_half_the_sequences_are_free():
+    s = sched(n_seq_max=4)
+    for rid in ("a", "b"):
+        s.add(req(rid))
+    title = req("title", priority=-1)
+    title.background = True
+    s.add(title)
+    run_step(s)
+    assert status(title) is RequestStatus.WAITING  # 2 of 4 running: not quiet enough
+    s.finish(s.get("a"), FinishReason.STOP)
+    run_step(s)
+    assert status(title) is RequestStatus.RUNNING
+
+
+def test_a_reply_arriving_later_still_goes_before_waiting_background_work():
+    s = sched(n_seq_max=2)
+    s.add(req("a"))
+    title = req("title", priority=-1)
+    title.background = True
+    s.add(title)
+    run_step(s)
+    s.add(req("b"))
+    run_step(s)
+    assert [r.request_id for r in s.running] == ["a", "b"]
+    assert status(title) is RequestStatus.WAITING
+
+
+def test_only_a_few_background_requests_run_at_once():
+    s = sched(n_seq_max=16, max_batch_tokens=64)
+    for i in range(5):
+        title = req(f"t{i}", priority=-1)
+        title.background = True
+        s.add(title)
+    run_step(s)
+    assert sum(r.background for r in s.running) == 2  # 16 // 8
+
+
+def test_reply_prompts_are_prefilled_before_background_prompts():
+    s = sched(n_seq_max=16, max_batch_tokens=20)
+    title = req("title", 30, priority=-1)
+    title.background = True
+    s.add(title)
+    run_step(s)  # alone, the title starts prefilling
+    s.add(req("reply", 10))
+    out = run_step(s)
+    assert next(c.request.request_id for c in out.prefills) == "reply"
+
+
+def test_a_short_shared_prefix_does_not_take_over_a_kept_conversation():
+    s = sched(n_seq_max=2)
+    kept = req("kept", prompt=[1, 2, 3, 4, 5, 6, 7, 8])
+    s.add(kept)
+    run_step(s)
+    s.finish(kept, FinishReason.STOP)
+    other = req("other", prompt=[1, 2, 9, 9])
+    s.add(other)
+    out = run_step(s)
+    assert other.seq_id != kept.seq_id
+    assert KvOp(other.seq_id, 0, copy_from=kept.seq_id, copy_len=2) in out.kv_ops
+    assert s.slots[kept.seq_id].tokens == [1, 2, 3, 4, 5, 6, 7, 8]  # still there to reuse

@@ -156,3 +156,21 @@ async def test_a_busy_engine_answers_at_once(client):
     results = await asyncio.gather(*(collect(c, sub(f"r{i}")) for i in range(4)))
     codes = [events[-1].code for events in results if isinstance(events[-1], Failed)]
     assert "busy" in codes
+
+
+class SharedQueue(LocalTransport):
+    shared_queue = True  # like Redis: the worker takes only what it can start
+
+
+def test_parked_background_work_does_not_stop_the_worker_taking_replies():
+    transport = SharedQueue()
+    worker = EngineWorker(make_engine(FakeRunner(n_seq_max=2)), transport, idle_wait=0)
+    transport.submit(sub("a", "first"), Collect())
+    worker.run_once()
+    background = Submission("title", (ChatMessage("user", "name it"),), background=True)
+    transport.submit(background, Collect())
+    worker.run_once()  # taken, but parked: half the sequences are busy
+    assert worker.engine.num_waiting == 1
+    transport.submit(sub("b", "second"), Collect())
+    worker.run_once()
+    assert {r.request_id for r in worker.engine.scheduler.running} == {"a", "b"}
