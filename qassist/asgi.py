@@ -17,6 +17,13 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from chat.routing import websocket_urlpatterns  # noqa: E402
 
+if os.environ.get("QASSIST_PRELOAD_ENGINE", "1") != "0":
+    from inference.service import engine_mode, get_engine_client
+
+    if engine_mode() == "embedded":
+        # Load the model on the engine's own thread now, not when the first message arrives.
+        get_engine_client()
+
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,

@@ -6,6 +6,7 @@ Every persona's password is PASSWORD, for tests that log in through a form.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ from tenants.models import ApiKey, Membership, Tenant
 from tenants.services import api_key_create, tenant_create
 
 PASSWORD = "correct horse battery staple"
+
+# Tests put their own engine behind the consumer: importing qassist.asgi must not load a model.
+os.environ.setdefault("QASSIST_PRELOAD_ENGINE", "0")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -95,6 +95,7 @@ def _server_env(tmp: Path) -> dict[str, str]:
         QASSIST_DEFAULT_MAX_TOKENS="64",
         QASSIST_DEFAULT_TEMPERATURE="0",  # the same reply every run: no surprise short answers
         QASSIST_GENERATE_TITLES="0",  # titles stay the first message: assertions rely on it
+        QASSIST_PRELOAD_ENGINE="1",  # the model loads while Chromium starts
         QASSIST_SEED_PASSWORD=PASSWORD,
         PYTHONUNBUFFERED="1",
     )

@@ -22,7 +22,12 @@ from tenants.services import tenant_create
 
 DEMO_SLUG = "demo"
 ADMIN_USERNAME = "admin"
-URL = "http://127.0.0.1:8000/"
+
+
+def site_url() -> str:
+    """Where `make run` serves qassist (it exports HOST and PORT)."""
+    host = os.environ.get("HOST") or "127.0.0.1"
+    return f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{os.environ.get('PORT') or 8000}/"  # noqa: S104
 
 
 def password_file() -> Path:
@@ -92,7 +97,7 @@ class Command(BaseCommand):
         except FileNotFoundError:
             password = None
         self.stdout.write("")
-        self.stdout.write(f"Open {URL} and log in as {admin.username}")
+        self.stdout.write(f"Open {site_url()} and log in as {admin.username}")
         if password is not None and admin.check_password(password):
             self.stdout.write(f"  password: {password}  (from {path})")
         elif password is not None:
@@ -105,5 +110,5 @@ class Command(BaseCommand):
                 f"  {path} is gone: the password was changed or the file removed. "
                 f"To set a new one: python manage.py changepassword {admin.username}"
             )
-        self.stdout.write(f"Admin (tenants, keys, limits, usage): {URL}admin/")
+        self.stdout.write(f"Admin (tenants, keys, limits, usage): {site_url()}admin/")
         self.stdout.write(f"API key for scripts: python manage.py create_api_key {DEMO_SLUG}")
