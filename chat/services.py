@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
@@ -73,9 +73,12 @@ def sessions_for_user(*, user: User, tenant: Tenant, query: str = "") -> Any:
 
 
 def session_get(*, user: User, session_id: uuid.UUID | str) -> ChatSession:
-    """The user's own session; anyone else's is a 404, never a 403 (no existence leak)."""
+    """The user's own live session; anyone else's, or an archived one, is a 404, never a 403
+    (no existence leak)."""
     try:
-        return ChatSession.objects.select_related("tenant").get(id=session_id, user=user)
+        return ChatSession.objects.select_related("tenant").get(
+            id=session_id, user=user, archived=False
+        )
     except (ChatSession.DoesNotExist, ValueError):
         raise Http404("No such conversation.") from None
 
@@ -177,13 +180,8 @@ STALE_STREAM_SECONDS = 120  # a "streaming" reply not written to for this long w
 
 
 def _no_reply_in_progress(session: ChatSession) -> None:
-    streaming = session.messages.filter(status=Message.Status.STREAMING)
-    cutoff = timezone.now() - timedelta(seconds=STALE_STREAM_SECONDS)
-    # A process that died mid-reply leaves it "streaming": keep its text, mark it interrupted.
-    streaming.filter(updated_at__lt=cutoff).update(
-        status=Message.Status.INTERRUPTED, finish_reason="error", error="The reply was cut off."
-    )
-    if streaming.exists():
+    replies_interrupt_stale(messages=session.messages.all())
+    if session.messages.filter(status=Message.Status.STREAMING).exists():
         raise ChatError("busy_session", "A reply is still being written in this conversation.")
 
 
@@ -323,10 +321,15 @@ def _usage_status(finish_reason: str, error: str) -> str:
     return UsageRecord.Status.OK
 
 
-def replies_interrupt_stale(*, older_than_seconds: int = STALE_STREAM_SECONDS) -> int:
+def replies_interrupt_stale(
+    *, messages: QuerySet[Message] | None = None, older_than_seconds: int = STALE_STREAM_SECONDS
+) -> int:
     """Replies left 'streaming' by a process that died are marked interrupted, text kept."""
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-    return Message.objects.filter(status=Message.Status.STREAMING, updated_at__lt=cutoff).update(
+    orphans = (messages if messages is not None else Message.objects.all()).filter(
+        status=Message.Status.STREAMING, updated_at__lt=cutoff
+    )
+    return orphans.update(
         status=Message.Status.INTERRUPTED, finish_reason="error", error="The reply was cut off."
     )
 

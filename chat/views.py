@@ -111,10 +111,7 @@ def _current_membership(request: HttpRequest) -> Membership | None:
 
 
 def _own_session(request: HttpRequest, session_id: uuid.UUID) -> ChatSession:
-    session = services.session_get(user=_user(request), session_id=session_id)
-    if session.archived:
-        raise Http404("No such conversation.")
-    return session
+    return services.session_get(user=_user(request), session_id=session_id)
 
 
 def _payload(request: HttpRequest) -> dict[str, Any]:

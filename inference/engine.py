@@ -103,8 +103,7 @@ class Engine:
         background: bool = False,
     ) -> list[Event]:
         try:
-            request = self._make_request(request_id, messages, params, priority)
-            request.background = background
+            request = self._make_request(request_id, messages, params, priority, background)
         except EngineError as exc:
             return [failed(request_id, exc)]
         if not self.scheduler.add(request):
@@ -125,6 +124,7 @@ class Engine:
         messages: Sequence[ChatMessage],
         params: SamplingParams,
         priority: int,
+        background: bool = False,
     ) -> Request:
         params.check()
         if not messages:
@@ -146,7 +146,9 @@ class Engine:
         room = limit - len(prompt)
         if params.max_tokens > room:
             params = dataclasses.replace(params, max_tokens=room)
-        return Request(request_id, prompt, params, priority=priority, prompt_text=text)
+        return Request(
+            request_id, prompt, params, priority=priority, prompt_text=text, background=background
+        )
 
     def _tokenize_prompt(self, text: str) -> list[int]:
         """Tokens for a rendered prompt, reusing a kept sequence's exact tokens when its text is
@@ -322,6 +324,4 @@ class Engine:
             if self._told_position.get(request.request_id) != position:
                 self._told_position[request.request_id] = position
                 events.append(Queued(request.request_id, position))
-        for request in self.scheduler.running:
-            self._told_position.pop(request.request_id, None)
         return events

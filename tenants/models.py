@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import datetime
-
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -78,12 +76,6 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name})"
-
-    def is_usable(self, now: datetime.datetime | None = None) -> bool:
-        now = now or timezone.now()
-        if self.revoked_at is not None and self.revoked_at <= now:
-            return False
-        return self.expires_at is None or self.expires_at > now
 
 
 class UsageRecord(models.Model):

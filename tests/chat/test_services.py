@@ -230,3 +230,13 @@ def test_a_generated_title_replaces_only_the_title_it_was_made_for(member, tenan
     )
     turn.session.refresh_from_db()
     assert turn.session.title == "Better"
+
+
+def test_an_archived_session_takes_no_more_messages(member, tenant):
+    turn = send(member, tenant)
+    services.reply_finish(reply_id=turn.reply.id, content="hi", finish_reason="stop")
+    services.session_archive(session=turn.session)
+    with pytest.raises(Http404):
+        send(member, tenant, "again", session_id=turn.session.id)
+    with pytest.raises(Http404):
+        services.message_regenerate(user=member, session_id=turn.session.id)
