@@ -23,6 +23,8 @@ class ChatSession(models.Model):
     api_key = models.ForeignKey(
         "tenants.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The `user` field of a REST request: the integration's own name for its end user.
+    external_user = models.CharField(max_length=256, blank=True)
     title = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)

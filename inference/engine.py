@@ -101,9 +101,11 @@ class Engine:
         *,
         priority: int = 0,
         background: bool = False,
+        tenant: str = "",
     ) -> list[Event]:
         try:
             request = self._make_request(request_id, messages, params, priority, background)
+            request.tenant = tenant
         except EngineError as exc:
             return [failed(request_id, exc)]
         if not self.scheduler.add(request):

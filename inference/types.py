@@ -121,6 +121,7 @@ class Request:
     priority: int = 0
     prompt_text: str = ""  # the rendered prompt the tokens came from, when known
     background: bool = False  # admitted only while half the sequences are free
+    tenant: str = ""  # whose request: fair shares, and KV prefixes are reused only within it
     arrival: float = field(default_factory=time.monotonic)
     status: RequestStatus = RequestStatus.WAITING
     seq_id: int | None = None

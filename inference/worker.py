@@ -30,6 +30,8 @@ class Submission:
     priority: int = 0
     submitted_at: float = field(default_factory=time.time)
     background: bool = False  # work nobody waits on (titles): runs only on spare sequences
+    tenant: str = ""  # the tenant's slug: fair shares between tenants, KV reuse kept within one
+    conversation: str = ""  # the chat session id, when the request continues a conversation
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +41,8 @@ class Submission:
             "priority": self.priority,
             "background": self.background,
             "submitted_at": self.submitted_at,
+            "tenant": self.tenant,
+            "conversation": self.conversation,
         }
 
     @classmethod
@@ -52,6 +56,8 @@ class Submission:
             priority=int(data.get("priority", 0)),
             background=bool(data.get("background", False)),
             submitted_at=float(data.get("submitted_at", time.time())),
+            tenant=str(data.get("tenant", "")),
+            conversation=str(data.get("conversation", "")),
         )
 
 
@@ -113,6 +119,7 @@ class EngineWorker:
                 sub.params,
                 priority=sub.priority,
                 background=sub.background,
+                tenant=sub.tenant,
             )
             self.transport.publish(events)
 

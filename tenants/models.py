@@ -101,7 +101,12 @@ class UsageRecord(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0)
     cached = models.BooleanField(default=False)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    ttft_ms = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name="time to first token (ms)"
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OK)
+    # Why a request was refused (rejected) or failed (error): a limit's name or an error code.
+    reason = models.CharField(max_length=32, blank=True, db_index=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
 
     class Meta:
