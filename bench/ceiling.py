@@ -31,8 +31,8 @@ def batched_decode_tokens_per_second(
         greedy = SamplingParams(temperature=0, max_tokens=steps)
         requests = []
         for i in range(concurrency):
-            text = runner.render_prompt([ChatMessage("user", prompts[i % len(prompts)])])
-            tokens = runner.tokenize(text)
+            parts = runner.render_prompt([ChatMessage("user", prompts[i % len(prompts)])])
+            tokens = runner.tokenize_parts(parts)
             request = Request(f"c{i}", tokens, greedy, seq_id=i)
             requests.append(request)
             sampled = runner.execute(

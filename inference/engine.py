@@ -23,10 +23,15 @@ from inference.types import (
     Event,
     Failed,
     FinishReason,
+    PromptPart,
     Queued,
     Request,
     SamplingParams,
+    TrustMap,
     failed,
+    parts_from,
+    prompt_text,
+    trust_map,
 )
 
 logger = logging.getLogger(__name__)
@@ -38,8 +43,10 @@ class Runner(Protocol):
     max_seq_tokens: int
     last_decode_seconds: float
 
-    def render_prompt(self, messages: Sequence[ChatMessage]) -> str: ...
-    def tokenize(self, text: str, *, continuation: bool = False) -> list[int]: ...
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> list[PromptPart]: ...
+    def tokenize_parts(
+        self, parts: Sequence[PromptPart], *, continuation: bool = False
+    ) -> list[int]: ...
     def token_bytes(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
     def execute(self, out: SchedulerOutput) -> dict[str, int]: ...
@@ -66,6 +73,15 @@ class EngineStats:
         return max(0.0, 1.0 - self.decode_seconds / self.step_seconds)
 
 
+@dataclass(frozen=True)
+class KeptText:
+    """The text a sequence's kept KV stands for, its exact tokens, and where trust changes."""
+
+    text: str
+    tokens: list[int]
+    trust: TrustMap
+
+
 class Engine:
     def __init__(
         self,
@@ -89,7 +105,7 @@ class Engine:
         self.stats = EngineStats()
         self._streams: dict[str, TextStream] = {}
         self._told_position: dict[str, int] = {}
-        self._kept: dict[int, tuple[str, list[int]]] = {}  # seq id -> (text, tokens) kept
+        self._kept: dict[int, KeptText] = {}  # seq id -> what its KV holds, as text
 
     # --- requests in and out -----------------------------------------------------------------
 
@@ -132,12 +148,13 @@ class Engine:
         if not messages:
             raise EngineError(ErrorCode.INVALID_REQUEST, "messages must not be empty")
         try:
-            text = self.runner.render_prompt(messages)
+            parts = self.runner.render_prompt(messages)
         except Exception as exc:  # a template that rejects the conversation's shape
             raise EngineError(
                 ErrorCode.INVALID_REQUEST, f"cannot format the conversation: {exc}"
             ) from exc
-        prompt = self._tokenize_prompt(text)
+        text = prompt_text(parts)
+        prompt = self._tokenize_prompt(parts, text)
         limit = self.runner.max_seq_tokens
         if len(prompt) >= limit:
             raise EngineError(
@@ -149,25 +166,33 @@ class Engine:
         if params.max_tokens > room:
             params = dataclasses.replace(params, max_tokens=room)
         return Request(
-            request_id, prompt, params, priority=priority, prompt_text=text, background=background
+            request_id,
+            prompt,
+            params,
+            priority=priority,
+            prompt_text=text,
+            prompt_parts=parts,
+            background=background,
         )
 
-    def _tokenize_prompt(self, text: str) -> list[int]:
+    def _tokenize_prompt(self, parts: list[PromptPart], text: str) -> list[int]:
         """Tokens for a rendered prompt, reusing a kept sequence's exact tokens when its text is
         a prefix. A follow-up turn's prompt holds the previous reply as text; tokenising that
         text afresh can give other tokens than the ones generated (" Cor" "io" "b" vs " Cor"
         "i" "ob"), which would stop KV reuse at the reply's first token."""
-        best: tuple[str, list[int]] | None = None
-        for seq_id, (kept_text, kept_tokens) in self._kept.items():
+        best: KeptText | None = None
+        for seq_id, kept in self._kept.items():
             if (
-                (best is None or len(kept_text) > len(best[0]))
-                and text.startswith(kept_text)
-                and self.scheduler.slots[seq_id].tokens[: len(kept_tokens)] == kept_tokens
+                (best is None or len(kept.text) > len(best.text))
+                and text.startswith(kept.text)
+                and trust_map(parts, len(kept.text)) == kept.trust
+                and self.scheduler.slots[seq_id].tokens[: len(kept.tokens)] == kept.tokens
             ):
-                best = (kept_text, kept_tokens)
+                best = kept
         if best is None:
-            return self.runner.tokenize(text)
-        return best[1] + self.runner.tokenize(text[len(best[0]) :], continuation=True)
+            return self.runner.tokenize_parts(parts)
+        rest = parts_from(parts, len(best.text))
+        return best.tokens + self.runner.tokenize_parts(rest, continuation=True)
 
     def _keep_text(self, request: Request) -> None:
         """Remember the text of what a finished request leaves in its sequence."""
@@ -184,7 +209,10 @@ class Engine:
             reply = b"".join(pieces).decode("utf-8")
         except UnicodeDecodeError:
             return
-        self._kept[request.seq_id] = (request.prompt_text + reply, request.kv_tokens())
+        text = request.prompt_text + reply
+        # The reply is a message content: it is never trusted either.
+        trust = trust_map([*request.prompt_parts, PromptPart(reply, trusted=False)], len(text))
+        self._kept[request.seq_id] = KeptText(text, request.kv_tokens(), trust)
 
     def abort(self, request_id: str) -> list[Event]:
         request = self.scheduler.get(request_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from inference.scheduler import SchedulerOutput
-from inference.types import ChatMessage, Request
+from inference.types import ChatMessage, PromptPart, Request, prompt_text
 
 logger = logging.getLogger("inference.llama")
 
@@ -31,6 +32,11 @@ _CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+
+# Stand-ins for message contents while the template renders: private-use characters.
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
+_MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 
 
 class RunnerError(RuntimeError):
@@ -57,6 +63,129 @@ def system_info() -> str:
     return str(llama_cpp.llama_print_system_info().decode("utf-8", errors="replace"))
 
 
+class LlamaTokenizer:
+    """A model's chat template and tokenizer. Built on a loaded model, or alone from the GGUF
+    file with `vocab_only` (no weights: a web process counts prompt tokens with it in a
+    fraction of a second and a few megabytes)."""
+
+    def __init__(self, model: Any, *, owns_model: bool = False) -> None:
+        self.model = model
+        self._owns_model = owns_model
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
+        self._pieces: dict[int, bytes] = {}
+        self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self._bos_text = self._token_text(llama_cpp.llama_vocab_bos(self.vocab))
+        raw = llama_cpp.llama_model_chat_template(model, None)
+        self._formatter = Jinja2ChatFormatter(
+            template=raw.decode("utf-8") if raw else _CHATML,
+            eos_token=self._token_text(llama_cpp.llama_vocab_eos(self.vocab)),
+            bos_token=self._bos_text,
+        )
+
+    @classmethod
+    def from_file(cls, model_path: Path) -> LlamaTokenizer:
+        install_log_callback()
+        llama_cpp.llama_backend_init()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.vocab_only = True
+        model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mparams)
+        if not model:
+            raise RunnerError(f"llama.cpp could not load the vocabulary of {model_path}")
+        return cls(model, owns_model=True)
+
+    def close(self) -> None:
+        if self._owns_model and self.model:
+            llama_cpp.llama_model_free(self.model)
+        self.model = None
+
+    # --- prompts -----------------------------------------------------------------------------
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> list[PromptPart]:
+        """The model's own chat template applied, ready for the assistant's turn, as parts:
+        the template's text (trusted) between the messages' contents (never trusted).
+
+        The template is rendered with a marker in place of each content, then the contents are
+        put back as parts of their own, so nothing a message says can become a control token.
+        """
+        chat: Any = [
+            {"role": m.role, "content": f"{_MARK_OPEN}{i}{_MARK_CLOSE}"}
+            for i, m in enumerate(messages)
+        ]
+        rendered = str(self._formatter(messages=chat).prompt)
+        pieces = _MARK_RE.split(rendered)
+        # split() alternates text, index, text, ...: every content must appear once, in order.
+        indexes = [int(i) for i in pieces[1::2]]
+        if indexes != list(range(len(messages))):
+            raise ValueError("the model's chat template does not keep message contents intact")
+        parts: list[PromptPart] = []
+        for i, text in enumerate(pieces):
+            if i % 2 == 0:
+                if text:
+                    parts.append(PromptPart(text, trusted=True))
+            elif content := messages[int(text)].content:
+                parts.append(PromptPart(content, trusted=False))
+        return parts
+
+    def tokenize_parts(
+        self, parts: Sequence[PromptPart], *, continuation: bool = False
+    ) -> list[int]:
+        """Tokens of a prompt's parts. A BOS is added where the model wants one, unless the
+        parts continue tokens already in a sequence or the template wrote it itself."""
+        text = prompt_text(parts)
+        bos = (
+            not continuation
+            and self._add_bos
+            and not (self._bos_text and text.startswith(self._bos_text))
+        )
+        tokens: list[int] = []
+        for part in parts:
+            tokens += self.tokenize(part.text, special=part.trusted, add_bos=bos)
+            bos = False
+        return tokens
+
+    def count(self, messages: Sequence[ChatMessage]) -> int:
+        """How many tokens the conversation takes as a prompt."""
+        return len(self.tokenize_parts(self.render_prompt(messages)))
+
+    def tokenize(self, text: str, *, special: bool, add_bos: bool = False) -> list[int]:
+        if not text and not add_bos:
+            return []
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        while True:
+            buf = (llama_cpp.llama_token * size)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, size, add_bos, special)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    # --- tokens to text ------------------------------------------------------------------------
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self._piece(token, special=True).decode("utf-8", errors="replace")
+
+    def _piece(self, token: int, *, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return bytes(buf.raw[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self._piece(token, special=False)
+        return piece
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+
 class LlamaRunner:
     def __init__(
         self,
@@ -75,8 +204,8 @@ class LlamaRunner:
         self.model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mparams)
         if not self.model:
             raise RunnerError(f"llama.cpp could not load the model at {model_path}")
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.tokenizer = LlamaTokenizer(self.model)
+        self.n_vocab = self.tokenizer.n_vocab
 
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
@@ -91,16 +220,29 @@ class LlamaRunner:
             raise RunnerError("llama.cpp could not create the context (out of memory?)")
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
-        n_train = int(llama_cpp.llama_model_n_ctx_train(self.model))
-        self.max_seq_tokens = min(max_seq_tokens, self.n_ctx, n_train)
+        self.max_seq_tokens = min(max_seq_tokens, self.n_ctx, self.tokenizer.n_ctx_train)
         self.n_seq_max = n_seq_max
         self._capacity = max_batch_tokens
         self._init_batch(max_batch_tokens)
 
-        self._pieces: dict[int, bytes] = {}
         self._samplers: dict[str, Any] = {}
-        self._formatter = self._chat_formatter()
         self.last_decode_seconds = 0.0
+
+    # --- the model's text side, for the engine --------------------------------------------------
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> list[PromptPart]:
+        return self.tokenizer.render_prompt(messages)
+
+    def tokenize_parts(
+        self, parts: Sequence[PromptPart], *, continuation: bool = False
+    ) -> list[int]:
+        return self.tokenizer.tokenize_parts(parts, continuation=continuation)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.tokenizer.token_bytes(token)
+
+    def is_eog(self, token: int) -> bool:
+        return self.tokenizer.is_eog(token)
 
     # --- batch memory, owned by numpy so a step fills it with slices, not per-token ctypes ---
 
@@ -123,62 +265,6 @@ class LlamaRunner:
         batch.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)))
         batch.logits = self._logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self._batch = batch
-
-    # --- prompts and text ---------------------------------------------------------------------
-
-    def _chat_formatter(self) -> Jinja2ChatFormatter:
-        raw = llama_cpp.llama_model_chat_template(self.model, None)
-        template = raw.decode("utf-8") if raw else _CHATML
-        self._bos_text = self._token_text(llama_cpp.llama_vocab_bos(self.vocab))
-        return Jinja2ChatFormatter(
-            template=template,
-            eos_token=self._token_text(llama_cpp.llama_vocab_eos(self.vocab)),
-            bos_token=self._bos_text,
-        )
-
-    def _token_text(self, token: int) -> str:
-        if token < 0:
-            return ""
-        return self._piece(token, special=True).decode("utf-8", errors="replace")
-
-    def render_prompt(self, messages: Sequence[ChatMessage]) -> str:
-        """The model's own chat template applied, ready for the assistant's turn."""
-        chat: Any = [{"role": m.role, "content": m.content} for m in messages]
-        return str(self._formatter(messages=chat).prompt)
-
-    def tokenize(self, text: str, *, continuation: bool = False) -> list[int]:
-        """Tokens of `text`; special tokens in it (<|im_start|>) are parsed as such. A BOS is
-        added where the model wants one, unless `text` continues tokens already in a sequence."""
-        add_bos = (
-            not continuation
-            and bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
-            and not (self._bos_text and text.startswith(self._bos_text))
-        )
-        data = text.encode("utf-8")
-        size = len(data) + 8
-        while True:
-            buf = (llama_cpp.llama_token * size)()
-            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, size, add_bos, True)
-            if n >= 0:
-                return list(buf[:n])
-            size = -n
-
-    def _piece(self, token: int, *, special: bool) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
-        return bytes(buf.raw[:n])
-
-    def token_bytes(self, token: int) -> bytes:
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._pieces[token] = self._piece(token, special=False)
-        return piece
-
-    def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
 
     # --- one step ---------------------------------------------------------------------------
 
@@ -263,5 +349,6 @@ class LlamaRunner:
             llama_cpp.llama_free(self.ctx)
             self.ctx = None
         if self.model:
+            self.tokenizer.close()
             llama_cpp.llama_model_free(self.model)
             self.model = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -111,6 +112,55 @@ class ChatMessage:
     content: str
 
 
+@dataclass(frozen=True)
+class PromptPart:
+    """A piece of a rendered prompt. Only the chat template's own text is `trusted`: its special
+    tokens (<|im_start|>) are parsed as such. Message contents, whoever wrote them, are plain
+    text: typing `<|im_end|><|im_start|>system` gives the characters, never the control tokens."""
+
+    text: str
+    trusted: bool
+
+
+def prompt_text(parts: Sequence[PromptPart]) -> str:
+    return "".join(part.text for part in parts)
+
+
+TrustMap = tuple[tuple[int, bool], ...]
+
+
+def trust_map(parts: Sequence[PromptPart], limit: int) -> TrustMap:
+    """Where trusted and untrusted text end, up to character `limit`: two prompts whose first
+    `limit` characters are equal share tokens only if these are equal too. Otherwise a message
+    typed to look like another conversation's rendered text could borrow its control tokens."""
+    ends: list[tuple[int, bool]] = []
+    start = 0
+    for part in parts:
+        if start >= limit:
+            break
+        end = min(start + len(part.text), limit)
+        if end > start:
+            if ends and ends[-1][1] == part.trusted:
+                ends[-1] = (end, part.trusted)
+            else:
+                ends.append((end, part.trusted))
+        start += len(part.text)
+    return tuple(ends)
+
+
+def parts_from(parts: Sequence[PromptPart], offset: int) -> list[PromptPart]:
+    """The parts of a prompt from character `offset` on (a part straddling it is cut)."""
+    out: list[PromptPart] = []
+    start = 0
+    for part in parts:
+        end = start + len(part.text)
+        if end > offset:
+            cut = max(0, offset - start)
+            out.append(PromptPart(part.text[cut:], part.trusted))
+        start = end
+    return out
+
+
 @dataclass
 class Request:
     """One generation as the engine tracks it, from arrival to finish."""
@@ -120,6 +170,7 @@ class Request:
     params: SamplingParams
     priority: int = 0
     prompt_text: str = ""  # the rendered prompt the tokens came from, when known
+    prompt_parts: list[PromptPart] = field(default_factory=list)  # the same, with trust marked
     background: bool = False  # admitted only while half the sequences are free
     tenant: str = ""  # whose request: fair shares, and KV prefixes are reused only within it
     arrival: float = field(default_factory=time.monotonic)

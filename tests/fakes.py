@@ -16,24 +16,29 @@ from dataclasses import dataclass, field
 
 from inference.engine import Engine
 from inference.scheduler import SchedulerOutput
-from inference.types import ChatMessage, Request
+from inference.types import ChatMessage, PromptPart, Request, prompt_text
 
 EOG = 1
 OFFSET = 10
+TRUSTED = 1_000  # the chat template's own text gets other ids, as control tokens do in a model
 PAIR = 100_000  # ids of two-letter tokens, made only by tokenize(merge_pairs=True)
 
 
-def encode(text: str) -> list[int]:
-    return [b + OFFSET for b in text.encode("utf-8")]
+def encode(text: str, *, trusted: bool = False) -> list[int]:
+    offset = TRUSTED if trusted else OFFSET
+    return [b + offset for b in text.encode("utf-8")]
+
+
+def _token_bytes(t: int) -> bytes:
+    if t >= PAIR:
+        return bytes(divmod(t - PAIR, 256))
+    if t >= TRUSTED:
+        return bytes([t - TRUSTED])
+    return bytes([t - OFFSET]) if t >= OFFSET else b""
 
 
 def decode(tokens: Sequence[int]) -> str:
-    data = b"".join(
-        bytes(divmod(t - PAIR, 256)) if t >= PAIR else bytes([t - OFFSET])
-        for t in tokens
-        if t >= OFFSET
-    )
-    return data.decode("utf-8", errors="replace")
+    return b"".join(_token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -57,13 +62,28 @@ class FakeRunner:
     fail_next: bool = False
     merge_pairs: bool = False
     prompts: dict[str, str] = field(default_factory=dict)
+    tokenized_parts: list[list[PromptPart]] = field(default_factory=list)
 
-    def render_prompt(self, messages: Sequence[ChatMessage]) -> str:
-        text = "".join(f"<{m.role}>{m.content}\n" for m in messages) + "<assistant>"
-        self.prompts[text] = messages[-1].content
-        return text
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> list[PromptPart]:
+        parts: list[PromptPart] = []
+        for m in messages:
+            parts += [PromptPart(f"<{m.role}>", True), PromptPart(m.content, False)]
+            parts.append(PromptPart("\n", True))
+        parts.append(PromptPart("<assistant>", True))
+        self.prompts[prompt_text(parts)] = messages[-1].content
+        return parts
 
-    def tokenize(self, text: str, *, continuation: bool = False) -> list[int]:
+    def tokenize_parts(
+        self, parts: Sequence[PromptPart], *, continuation: bool = False
+    ) -> list[int]:
+        self.tokenized_parts.append(list(parts))
+        return [
+            t
+            for part in parts
+            for t in (encode(part.text, trusted=True) if part.trusted else self.tokenize(part.text))
+        ]
+
+    def tokenize(self, text: str) -> list[int]:
         tokens = encode(text)
         if not self.merge_pairs:
             return tokens
@@ -85,9 +105,7 @@ class FakeRunner:
         return [*encode(self.reply_for(self.prompts[decode(request.prompt_tokens)])), EOG]
 
     def token_bytes(self, token: int) -> bytes:
-        if token >= PAIR:
-            return bytes(divmod(token - PAIR, 256))
-        return bytes([token - OFFSET]) if token >= OFFSET else b""
+        return _token_bytes(token)
 
     def is_eog(self, token: int) -> bool:
         return token == EOG
