@@ -6,6 +6,7 @@ through `database_sync_to_async`.
 
 from __future__ import annotations
 
+import enum
 import re
 import uuid
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.http import Http404
@@ -43,6 +45,8 @@ class ChatError(Exception):
 def check_message_content(content: Any) -> str:
     if not isinstance(content, str) or not content.strip():
         raise ChatError("invalid_message", "Type a message first.")
+    if "\x00" in content:
+        raise ChatError("invalid_message", "The message contains a NUL character; remove it.")
     if len(content) > MAX_MESSAGE_CHARS:
         raise ChatError(
             "invalid_message",
@@ -72,14 +76,24 @@ def sessions_for_user(*, user: User, tenant: Tenant, query: str = "") -> Any:
     return sessions.order_by("-updated_at")
 
 
-def session_get(*, user: User, session_id: uuid.UUID | str) -> ChatSession:
-    """The user's own live session; anyone else's, or an archived one, is a 404, never a 403
-    (no existence leak)."""
+def session_get(
+    *, user: User, session_id: uuid.UUID | str, tenant: Tenant | None = None
+) -> ChatSession:
+    """The user's own live session, in a tenant they still belong to (and in `tenant`, when
+    given). Anyone else's, an archived one, or one of a tenant the user left or that was
+    deactivated is a 404, never a 403 (no existence leak)."""
+    sessions = ChatSession.objects.select_related("tenant").filter(
+        id=session_id,
+        user=user,
+        archived=False,
+        tenant__active=True,
+        tenant__memberships__user=user,
+    )
+    if tenant is not None:
+        sessions = sessions.filter(tenant=tenant)
     try:
-        return ChatSession.objects.select_related("tenant").get(
-            id=session_id, user=user, archived=False
-        )
-    except (ChatSession.DoesNotExist, ValueError):
+        return sessions.get()
+    except (ChatSession.DoesNotExist, ValueError, ValidationError):
         raise Http404("No such conversation.") from None
 
 
@@ -145,12 +159,20 @@ def session_set_generated_title(*, session_id: uuid.UUID, title: str, replaces: 
     return bool(ChatSession.objects.filter(id=session_id, title=replaces).update(title=title))
 
 
-def conversation_for(*, session: ChatSession) -> list[ChatMessage]:
-    """What the model sees: the tenant's system prompt, then every kept turn in order."""
+def conversation_for(
+    *, session: ChatSession, before: Message | None = None, through: Message | None = None
+) -> list[ChatMessage]:
+    """What the model sees: the tenant's system prompt, then the kept turns in order (those
+    before `before`, or up to and including `through`, when given)."""
     history: list[ChatMessage] = []
     if session.tenant.system_prompt.strip():
         history.append(ChatMessage("system", session.tenant.system_prompt))
-    for message in session.messages.order_by("created_at", "id"):
+    messages = session.messages.order_by("created_at", "id")
+    if before is not None:
+        messages = messages.filter(id__lt=before.id)
+    if through is not None:
+        messages = messages.filter(id__lte=through.id)
+    for message in messages:
         if message.status == Message.Status.ERROR or message.status == Message.Status.STREAMING:
             continue
         if message.role == Message.Role.ASSISTANT and not message.content:
@@ -185,31 +207,81 @@ def _no_reply_in_progress(session: ChatSession) -> None:
         raise ChatError("busy_session", "A reply is still being written in this conversation.")
 
 
-@transaction.atomic
-def message_send(
-    *,
-    user: User,
-    tenant: Tenant,
-    session_id: uuid.UUID | None,
-    content: str,
-) -> Turn:
-    """Store the user's message and an empty streaming reply; return what to send the engine."""
+class TurnKind(enum.StrEnum):
+    SEND = "send"
+    REGENERATE = "regenerate"
+    EDIT = "edit"
+
+
+@dataclass
+class TurnPlan:
+    """A turn checked and ready, nothing written yet: admission decides on `conversation`
+    (exactly what the model would see) before anything is stored, so a refused turn leaves no
+    trace in the conversation."""
+
+    kind: TurnKind
+    user: User
+    tenant: Tenant
+    session: ChatSession | None  # None: the first message makes a new session
+    conversation: list[ChatMessage]
+    content: str = ""  # the user's text (send, edit)
+    last_user: Message | None = None  # the message regenerate and edit act on
+
+
+def turn_prepare_send(
+    *, user: User, tenant: Tenant, session_id: uuid.UUID | None, content: Any
+) -> TurnPlan:
     content = check_message_content(content)
-    created = session_id is None
     if session_id is None:
-        session = session_create(user=user, tenant=tenant, title=default_title(content))
-    else:
-        session = session_get(user=user, session_id=session_id)
-        _no_reply_in_progress(session)
-    user_message = Message.objects.create(session=session, role=Message.Role.USER, content=content)
-    return _start_reply(session, user_message, created)
+        history = []
+        if tenant.system_prompt.strip():
+            history.append(ChatMessage("system", tenant.system_prompt))
+        return TurnPlan(
+            TurnKind.SEND, user, tenant, None, [*history, ChatMessage("user", content)], content
+        )
+    session = session_get(user=user, session_id=session_id, tenant=tenant)
+    _no_reply_in_progress(session)
+    conversation = [*conversation_for(session=session), ChatMessage("user", content)]
+    return TurnPlan(TurnKind.SEND, user, tenant, session, conversation, content)
+
+
+def turn_prepare_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> TurnPlan:
+    """Ask again for the last user message (its later replies are dropped when it starts)."""
+    session, last_user = _last_user_message(
+        user=user,
+        tenant=tenant,
+        session_id=session_id,
+        missing=ChatError("nothing_to_regenerate", "There is no message to answer again."),
+    )
+    conversation = conversation_for(session=session, through=last_user)
+    return TurnPlan(TurnKind.REGENERATE, user, tenant, session, conversation, last_user=last_user)
+
+
+def turn_prepare_edit(
+    *, user: User, tenant: Tenant, session_id: uuid.UUID, content: Any
+) -> TurnPlan:
+    """Replace the last user message's text and answer it afresh."""
+    content = check_message_content(content)
+    session, last_user = _last_user_message(
+        user=user,
+        tenant=tenant,
+        session_id=session_id,
+        missing=ChatError("nothing_to_edit", "There is no message to edit."),
+    )
+    conversation = [
+        *conversation_for(session=session, before=last_user),
+        ChatMessage("user", content),
+    ]
+    return TurnPlan(
+        TurnKind.EDIT, user, tenant, session, conversation, content, last_user=last_user
+    )
 
 
 def _last_user_message(
-    *, user: User, session_id: uuid.UUID, missing: ChatError
+    *, user: User, tenant: Tenant, session_id: uuid.UUID, missing: ChatError
 ) -> tuple[ChatSession, Message]:
     """The session (idle) and its last user message, the one regenerate and edit act on."""
-    session = session_get(user=user, session_id=session_id)
+    session = session_get(user=user, session_id=session_id, tenant=tenant)
     _no_reply_in_progress(session)
     last_user = (
         session.messages.filter(role=Message.Role.USER).order_by("-created_at", "-id").first()
@@ -220,39 +292,53 @@ def _last_user_message(
 
 
 @transaction.atomic
-def message_regenerate(*, user: User, session_id: uuid.UUID) -> Turn:
-    """Drop the last reply and ask again for the last user message."""
-    session, last_user = _last_user_message(
-        user=user,
-        session_id=session_id,
-        missing=ChatError("nothing_to_regenerate", "There is no message to answer again."),
-    )
-    session.messages.filter(role=Message.Role.ASSISTANT, id__gt=last_user.id).delete()
-    return _start_reply(session, last_user, False)
-
-
-@transaction.atomic
-def message_edit_last(*, user: User, session_id: uuid.UUID, content: str) -> Turn:
-    """Replace the last user message's text and answer it afresh."""
-    content = check_message_content(content)
-    session, last_user = _last_user_message(
-        user=user,
-        session_id=session_id,
-        missing=ChatError("nothing_to_edit", "There is no message to edit."),
-    )
-    session.messages.filter(id__gt=last_user.id).delete()
-    last_user.content = content
-    last_user.save(update_fields=["content", "updated_at"])
-    return _start_reply(session, last_user, False)
-
-
-def _start_reply(session: ChatSession, user_message: Message, created: bool) -> Turn:
-    conversation = conversation_for(session=session)
+def turn_start(*, plan: TurnPlan) -> Turn:
+    """Store an admitted turn: the user's message (new or edited) and an empty streaming
+    reply. The session is checked again: another reply may have started meanwhile."""
+    created = plan.session is None
+    if plan.session is None:
+        session = session_create(
+            user=plan.user, tenant=plan.tenant, title=default_title(plan.content)
+        )
+    else:
+        session = (
+            ChatSession.objects.select_for_update().select_related("tenant").get(id=plan.session.id)
+        )
+        _no_reply_in_progress(session)
+    if plan.kind is TurnKind.SEND:
+        user_message = Message.objects.create(
+            session=session, role=Message.Role.USER, content=plan.content
+        )
+    else:
+        assert plan.last_user is not None
+        user_message = plan.last_user
+        if plan.kind is TurnKind.EDIT:
+            session.messages.filter(id__gt=user_message.id).delete()
+            user_message.content = plan.content
+            user_message.save(update_fields=["content", "updated_at"])
+        else:
+            session.messages.filter(role=Message.Role.ASSISTANT, id__gt=user_message.id).delete()
     reply = Message.objects.create(
         session=session, role=Message.Role.ASSISTANT, status=Message.Status.STREAMING
     )
     _touch(session)
-    return Turn(session, user_message, reply, conversation, created)
+    return Turn(session, user_message, reply, plan.conversation, created)
+
+
+def message_send(*, user: User, tenant: Tenant, session_id: uuid.UUID | None, content: Any) -> Turn:
+    """Prepare and start a turn in one go (no admission: for callers that need none)."""
+    plan = turn_prepare_send(user=user, tenant=tenant, session_id=session_id, content=content)
+    return turn_start(plan=plan)
+
+
+def message_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> Turn:
+    plan = turn_prepare_regenerate(user=user, tenant=tenant, session_id=session_id)
+    return turn_start(plan=plan)
+
+
+def message_edit_last(*, user: User, tenant: Tenant, session_id: uuid.UUID, content: Any) -> Turn:
+    plan = turn_prepare_edit(user=user, tenant=tenant, session_id=session_id, content=content)
+    return turn_start(plan=plan)
 
 
 def reply_save_progress(*, reply_id: int, content: str) -> None:
@@ -278,8 +364,8 @@ def reply_finish(
     ttft_ms: int | None = None,
     latency_ms: int | None = None,
     error: str = "",
+    error_code: str = "",
     served_from_cache: bool = False,
-    api_key_id: int | None = None,
 ) -> Message:
     """Store how a reply ended, and what it cost, in one transaction."""
     status = _STATUS_FOR_FINISH.get(finish_reason, Message.Status.ERROR)
@@ -302,15 +388,35 @@ def reply_finish(
         UsageRecord.objects.create(
             tenant=session.tenant,
             user_id=session.user_id,
-            api_key_id=api_key_id,
+            api_key_id=session.api_key_id,
             session=session,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             cached=served_from_cache,
             latency_ms=latency_ms,
+            ttft_ms=ttft_ms,
             status=_usage_status(finish_reason, error),
+            reason=(error_code or "error") if error else "",
         )
     return reply
+
+
+def usage_record_background(
+    *, session_id: uuid.UUID, prompt_tokens: int, completion_tokens: int
+) -> None:
+    """Tokens a conversation's background work (its title) used: usage like any other."""
+    session = ChatSession.objects.filter(id=session_id).first()
+    if session is None:
+        return
+    UsageRecord.objects.create(
+        tenant_id=session.tenant_id,
+        user_id=session.user_id,
+        api_key_id=session.api_key_id,
+        session=session,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        reason="background",
+    )
 
 
 def _usage_status(finish_reason: str, error: str) -> str:

@@ -7,14 +7,15 @@ Mode: `QASSIST_ENGINE=redis` (a separate `run_inference_worker` per machine, rea
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from django.conf import settings
 
 from inference import modelstore
 from inference.engine import Engine
-from inference.types import Event
+from inference.types import ChatMessage, Event
 from inference.worker import Submission
 
 
@@ -22,6 +23,16 @@ class EngineClient(Protocol):
     def generate(self, sub: Submission) -> AsyncIterator[Event]: ...
     async def cancel(self, request_id: str) -> None: ...
     async def health(self) -> dict[str, Any]: ...
+
+
+class PromptCounter(Protocol):
+    """The web process's view of the model's tokenizer: how many tokens a conversation takes
+    as a prompt, and how many one conversation may hold."""
+
+    @property
+    def max_seq_tokens(self) -> int: ...
+
+    def count(self, messages: Sequence[ChatMessage]) -> int: ...
 
 
 def engine_mode() -> str:
@@ -35,14 +46,8 @@ def build_engine() -> Engine:
     """Load the configured model into a llama.cpp context (seconds) and wrap it in an engine."""
     from inference.runner import LlamaRunner  # imports llama_cpp: only where a model runs
 
-    path = modelstore.resolve_model_path(settings.QASSIST_MODEL, settings.QASSIST_MODELS_DIR)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"model file {path} is missing: run `python manage.py fetch_model "
-            f"{settings.QASSIST_MODEL}`"
-        )
     runner = LlamaRunner(
-        path,
+        _model_path(),
         n_seq_max=settings.QASSIST_PARALLEL,
         n_ctx=settings.QASSIST_CONTEXT_SIZE,
         max_batch_tokens=settings.QASSIST_BATCH_TOKENS,
@@ -52,6 +57,16 @@ def build_engine() -> Engine:
     return Engine(
         runner, max_batch_tokens=settings.QASSIST_BATCH_TOKENS, max_queue=settings.QASSIST_MAX_QUEUE
     )
+
+
+def _model_path() -> Path:
+    path = modelstore.resolve_model_path(settings.QASSIST_MODEL, settings.QASSIST_MODELS_DIR)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"model file {path} is missing: run `python manage.py fetch_model "
+            f"{settings.QASSIST_MODEL}`"
+        )
+    return path
 
 
 _client: EngineClient | None = None
@@ -88,3 +103,42 @@ def _make_client() -> EngineClient:
     client = LocalEngineClient(build_engine)
     client.start()
     return client
+
+
+# --- the tokenizer of the web process ---------------------------------------------------------
+
+
+class _ModelCounter:
+    def __init__(self) -> None:
+        from inference.runner import LlamaTokenizer  # imports llama_cpp
+
+        self.tokenizer = LlamaTokenizer.from_file(_model_path())
+        self.max_seq_tokens = min(
+            settings.QASSIST_MAX_SEQ_TOKENS,
+            settings.QASSIST_CONTEXT_SIZE,
+            self.tokenizer.n_ctx_train,
+        )
+        self._lock = threading.Lock()
+
+    def count(self, messages: Sequence[ChatMessage]) -> int:
+        with self._lock:  # one tokenizer, callers on several threads
+            return self.tokenizer.count(messages)
+
+
+_counter: PromptCounter | None = None
+
+
+def get_prompt_counter() -> PromptCounter:
+    """The model's vocabulary, loaded alone (no weights) the first time it is needed."""
+    global _counter
+    with _lock:
+        if _counter is None:
+            _counter = _ModelCounter()
+        return _counter
+
+
+def set_prompt_counter(counter: PromptCounter | None) -> None:
+    """Swap the process's counter (tests count with the fake runner's tokenizer)."""
+    global _counter
+    with _lock:
+        _counter = counter

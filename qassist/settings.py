@@ -151,6 +151,19 @@ QASSIST_DEFAULT_TEMPERATURE = env_float("QASSIST_DEFAULT_TEMPERATURE", 0.7)
 # After a new conversation's first reply, ask the model (at low priority) for a short title.
 QASSIST_GENERATE_TITLES = env_bool("QASSIST_GENERATE_TITLES", True)
 QASSIST_WORKER_HEARTBEAT_SECONDS = env_int("QASSIST_WORKER_HEARTBEAT_SECONDS", 5)
+# --- Tenant limits and access ------------------------------------------------------------------
+# A running reply holds a concurrent-stream slot as a lease the streaming process renews; a
+# process that dies leaves slots that expire after this many seconds.
+QASSIST_STREAM_LEASE_SECONDS = env_int("QASSIST_STREAM_LEASE_SECONDS", 30)
+# Concurrent streams one person (browser) or one API key may hold, within the tenant's limit.
+QASSIST_USER_MAX_STREAMS = env_int("QASSIST_USER_MAX_STREAMS", 4)
+QASSIST_API_KEY_MAX_STREAMS = env_int("QASSIST_API_KEY_MAX_STREAMS", 16)
+# An open websocket re-checks its login and membership this often (seconds).
+QASSIST_WS_RECHECK_SECONDS = env_int("QASSIST_WS_RECHECK_SECONDS", 5)
+# A conversation longer than this (all messages, in characters) is refused before it is
+# tokenised: a huge history cannot tie up a web process.
+QASSIST_MAX_CONVERSATION_CHARS = env_int("QASSIST_MAX_CONVERSATION_CHARS", 200_000)
+
 # "auto": a separate worker when REDIS_URL is set, the in-process engine otherwise.
 QASSIST_ENGINE = env_str("QASSIST_ENGINE", "auto")
 

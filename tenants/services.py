@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import hmac
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from importlib import import_module
 from typing import Literal, TypedDict
 
 from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
-from django.utils.crypto import get_random_string, salted_hmac
+from django.utils.crypto import constant_time_compare, get_random_string, salted_hmac
 
+from tenants.limits import Limits, Plan, Refusal, get_limiter
 from tenants.models import ApiKey, Membership, Tenant, UsageRecord
 
 AnyUser = AbstractBaseUser | AnonymousUser
@@ -264,4 +268,169 @@ def usage_totals(*, tenant: Tenant, since: datetime, until: datetime | None = No
         total_tokens=sums["prompt"] + sums["completion"],
         requests=sums["requests"],
         rejected=sums["rejected"],
+    )
+
+
+def usage_tokens_in_period(*, tenant_id: int, period: Literal["day", "month"]) -> int:
+    """Tokens recorded for the tenant since the start of the local day or month: what a quota
+    counter starts from when Redis does not have it."""
+    since = usage_period_start(period=period)
+    sums = UsageRecord.objects.filter(tenant_id=tenant_id, created_at__gte=since).aggregate(
+        prompt=Sum("prompt_tokens", default=0), completion=Sum("completion_tokens", default=0)
+    )
+    return int(sums["prompt"] + sums["completion"])
+
+
+# --- Who is asking, and what their tenant allows ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request runs as: a member in the browser, or an API key. Either way, a tenant."""
+
+    tenant: Tenant
+    user: User | None = None
+    api_key: ApiKey | None = None
+
+    @property
+    def key(self) -> str:
+        if self.api_key is not None:
+            return f"key:{self.api_key.pk}"
+        return f"user:{self.user.pk if self.user is not None else 0}"
+
+    @property
+    def max_streams(self) -> int:
+        if self.api_key is not None:
+            return int(settings.QASSIST_API_KEY_MAX_STREAMS)
+        return int(settings.QASSIST_USER_MAX_STREAMS)
+
+
+def principal_is_member(*, principal: Principal) -> bool:
+    """A browser user is still an active member of the principal's tenant."""
+    if principal.user is None:
+        return False
+    return Membership.objects.filter(
+        user_id=principal.user.pk,
+        user__is_active=True,
+        tenant_id=principal.tenant.pk,
+        tenant__active=True,
+    ).exists()
+
+
+def connection_allowed(*, session_key: str | None, user_id: int, tenant_id: int) -> bool:
+    """An open websocket may go on: its login session still exists and still belongs to the
+    user (a logout or a password change ends it), the user is active, and still an active
+    member of the tenant the socket works in."""
+    if not session_key:
+        return False
+    engine = import_module(settings.SESSION_ENGINE)
+    data = engine.SessionStore(session_key).load()
+    if str(data.get(SESSION_KEY)) != str(user_id):
+        return False
+    user = User.objects.filter(pk=user_id, is_active=True).first()
+    if user is None:
+        return False
+    stored_hash = data.get(HASH_SESSION_KEY)
+    if not stored_hash or not constant_time_compare(stored_hash, user.get_session_auth_hash()):
+        return False
+    return Membership.objects.filter(
+        user_id=user_id, tenant_id=tenant_id, tenant__active=True
+    ).exists()
+
+
+def tenant_limits(*, tenant: Tenant, principal_streams: int | None) -> Limits:
+    return Limits(
+        requests_per_minute=tenant.requests_per_minute,
+        tokens_per_minute=tenant.tokens_per_minute,
+        concurrent_streams=tenant.max_concurrent_streams,
+        principal_concurrent_streams=principal_streams,
+        daily_token_quota=tenant.daily_token_quota,
+        monthly_token_quota=tenant.monthly_token_quota,
+    )
+
+
+def limits_plan(
+    *,
+    principal: Principal,
+    tenant: Tenant,
+    request_id: str,
+    tokens: int,
+    streams: bool = True,
+    rate: bool = True,
+    now: datetime | None = None,
+) -> Plan:
+    """What a request of `tokens` (worst case) asks of `tenant`'s limits, read fresh: a limit
+    changed in the admin applies to the next request."""
+    now = now or timezone.now()
+    day = usage_period_start(period="day", now=now)
+    month = usage_period_start(period="month", now=now)
+    tomorrow = (day + timedelta(days=1, hours=2)).replace(hour=0)  # DST-safe: a day later
+    next_month = (month + timedelta(days=32)).replace(day=1)
+    return Plan(
+        request_id=request_id,
+        tenant_id=tenant.pk,
+        principal=principal.key,
+        tokens=tokens,
+        limits=tenant_limits(tenant=tenant, principal_streams=principal.max_streams),
+        day=day.strftime("%Y-%m-%d"),
+        month=month.strftime("%Y-%m"),
+        seconds_to_next_day=max(1, int((_localize(tomorrow) - now).total_seconds())),
+        seconds_to_next_month=max(1, int((_localize(next_month) - now).total_seconds())),
+        streams=streams,
+        rate=rate,
+    )
+
+
+def _localize(moment: datetime) -> datetime:
+    """A wall-clock time in the deployment's zone as an aware datetime (DST gaps resolved)."""
+    naive = moment.replace(tzinfo=None)
+    return timezone.make_aware(naive, timezone.get_current_timezone())
+
+
+def limits_reserve(*, plan: Plan) -> Refusal | None:
+    return get_limiter().reserve(
+        plan,
+        used_in_period=lambda period: usage_tokens_in_period(
+            tenant_id=plan.tenant_id, period=period
+        ),
+    )
+
+
+def limits_settle(*, plan: Plan, used_tokens: int) -> None:
+    get_limiter().settle(plan, used_tokens=used_tokens)
+
+
+def limits_renew(*, plan: Plan) -> None:
+    get_limiter().renew(plan)
+
+
+REFUSAL_MESSAGES = {
+    "requests_per_minute": "{tenant} has reached its limit of {limit} requests per minute.",
+    "tokens_per_minute": "{tenant} has reached its limit of {limit} tokens per minute.",
+    "concurrent_streams": "{tenant} already has {limit} replies being written at once.",
+    "principal_concurrent_streams": "You already have {limit} replies being written at once.",
+    "daily_token_quota": "{tenant} has used its daily quota of {limit} tokens.",
+    "monthly_token_quota": "{tenant} has used its monthly quota of {limit} tokens.",
+}
+
+
+def refusal_message(*, refusal: Refusal, plan: Plan, tenant: Tenant) -> str:
+    limit = getattr(plan.limits, refusal.reason)
+    text = REFUSAL_MESSAGES[refusal.reason].format(tenant=tenant.name or tenant.slug, limit=limit)
+    if refusal.reason == "tokens_per_minute" and plan.tokens > (limit or 0):
+        return (
+            f"This request may take {plan.tokens} tokens (prompt + max_tokens), more than the "
+            f"{limit} tokens per minute {tenant.name or tenant.slug} may use: lower max_tokens."
+        )
+    return f"{text} Try again in {refusal.retry_after:.0f} s."
+
+
+def usage_record_refusal(*, principal: Principal, reason: str) -> None:
+    """A refused request is usage too: staff see who hit which limit."""
+    UsageRecord.objects.create(
+        tenant=principal.tenant,
+        user=principal.user,
+        api_key=principal.api_key,
+        status=UsageRecord.Status.REJECTED,
+        reason=reason,
     )

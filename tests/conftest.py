@@ -7,14 +7,20 @@ Every persona's password is PASSWORD, for tests that log in through a form.
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import fakeredis
 import pytest
 from django.contrib.auth.models import User
 from pytest_django import Settings
 
+from inference.service import set_prompt_counter
+from tenants.limits import Limiter, set_limiter
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.services import api_key_create, tenant_create
+from tests.fakes import FakeCounter
 
 PASSWORD = "correct horse battery staple"
 
@@ -35,6 +41,25 @@ def no_generated_titles(settings: Settings) -> None:
     # A title request after each new conversation's reply would interleave with what most
     # tests expect to receive; the tests of that feature turn it back on.
     settings.QASSIST_GENERATE_TITLES = False
+
+
+@pytest.fixture(autouse=True)
+def fresh_limits() -> Iterator[Limiter]:
+    """Each test counts its requests against limits of its own (an in-process Redis)."""
+    limiter = Limiter(fakeredis.FakeRedis(), prefix=f"test-{uuid.uuid4().hex[:8]}")
+    set_limiter(limiter)
+    yield limiter
+    set_limiter(None)
+
+
+@pytest.fixture(autouse=True)
+def fake_prompt_counter() -> Iterator[FakeCounter]:
+    """Prompts are counted as the fake runner tokenizes them; the real-model tests put the
+    model's own tokenizer back."""
+    counter = FakeCounter()
+    set_prompt_counter(counter)
+    yield counter
+    set_prompt_counter(None)
 
 
 @pytest.fixture(autouse=True)

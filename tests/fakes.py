@@ -165,3 +165,18 @@ def make_engine(
     runner: FakeRunner | None = None, *, max_batch_tokens: int = 64, max_queue: int = 8
 ) -> Engine:
     return Engine(runner or FakeRunner(), max_batch_tokens=max_batch_tokens, max_queue=max_queue)
+
+
+@dataclass
+class FakeCounter:
+    """The web process's prompt counter, tokenizing as the fake runner does."""
+
+    runner: FakeRunner = field(default_factory=FakeRunner)
+
+    @property
+    def max_seq_tokens(self) -> int:
+        return self.runner.max_seq_tokens
+
+    def count(self, messages: Sequence[ChatMessage]) -> int:
+        parts = self.runner.render_prompt(messages)
+        return sum(len(encode(p.text)) for p in parts)

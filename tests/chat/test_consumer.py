@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,42 +20,12 @@ from inference.local import LocalEngineClient
 from inference.service import set_engine_client
 from qassist.asgi import application
 from tenants.models import Tenant
-from tests.fakes import FakeRunner, make_engine
+from tests.chat.conftest import FakeEngine
+from tests.fakes import FakeRunner
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = (b"origin", b"http://localhost")
-
-
-@dataclass
-class FakeEngine:
-    runner: FakeRunner
-    client: LocalEngineClient
-
-
-@pytest.fixture
-def use_engine() -> Iterator[Callable[..., FakeEngine]]:
-    """Put an in-process engine over a FakeRunner behind the consumer."""
-    clients: list[LocalEngineClient] = []
-
-    def start(runner: FakeRunner | None = None, **engine_kwargs: Any) -> FakeEngine:
-        runner = runner or FakeRunner()
-        client = LocalEngineClient(lambda: make_engine(runner, **engine_kwargs))
-        client.start()
-        assert client.wait_ready(5)
-        clients.append(client)
-        set_engine_client(client)
-        return FakeEngine(runner, client)
-
-    yield start
-    set_engine_client(None)
-    for client in clients:
-        client.stop(timeout=0)  # its idle engine thread ends on its own within idle_wait
-
-
-@pytest.fixture
-def engine(use_engine: Callable[..., FakeEngine]) -> FakeEngine:
-    return use_engine()
 
 
 def _session_cookie(user: User) -> str:
@@ -353,10 +322,15 @@ async def test_a_prompt_longer_than_the_context_is_an_error_event(
     use_engine(FakeRunner(max_seq_tokens=64))
     socket = await connected_as(member)
 
-    frames = await ask(socket, "a long message " * 10)
+    await socket.send_json_to(
+        {"type": "chat.send", "session": None, "content": "a long message " * 10}
+    )
+    error = await socket.receive_json_from(timeout=5)
 
-    assert of(frames, "error")[0]["code"] == "prompt_too_long"
-    assert frames[-1]["reply"]["status"] == "error"
+    # Refused before anything is stored: no session, no message, no failed reply.
+    assert error["code"] == "prompt_too_long"
+    assert "64" in error["message"]
+    assert await database_sync_to_async(ChatSession.objects.count)() == 0
     # The connection is still usable.
     await socket.send_json_to({"type": "chat.stop"})
     await socket.send_json_to({"type": "nope"})
@@ -392,7 +366,18 @@ async def test_a_model_that_cannot_load_is_reported_as_worker_down(
         ({"text_data": "not json"}, "bad_frame"),
         ({"text_data": "[1, 2]"}, "bad_frame"),
         ({"text_data": '{"type": "chat.fly"}'}, "unknown_type"),
-        ({"text_data": '{"no": "type"}'}, "unknown_type"),
+        ({"text_data": '{"no": "type"}'}, "bad_frame"),
+        ({"text_data": '{"type": []}'}, "bad_frame"),
+        ({"text_data": '{"type": {"a": 1}}'}, "bad_frame"),
+        ({"text": ""}, "bad_frame"),
+        ({"text_data": "   "}, "bad_frame"),
+        ({"bytes": b""}, "bad_frame"),
+        ({"bytes_data": b"\x00\x01binary"}, "bad_frame"),
+        ({"text_data": "x" * 300_000}, "frame_too_large"),
+        (
+            {"text_data": '{"type": "chat.send", "session": null, "content": "a\\u0000b"}'},
+            "invalid_message",
+        ),
         (
             {"text_data": '{"type": "chat.send", "session": null, "content": "   "}'},
             "invalid_message",
@@ -407,11 +392,14 @@ async def test_a_model_that_cannot_load_is_reported_as_worker_down(
     ],
 )
 async def test_a_bad_frame_gets_an_error_and_the_connection_stays_usable(
-    engine: FakeEngine, member: User, tenant: Tenant, send: dict[str, str], code: str
+    engine: FakeEngine, member: User, tenant: Tenant, send: dict[str, Any], code: str
 ) -> None:
     socket = await connected_as(member)
 
-    await socket.send_to(**send)
+    if "text" in send or "bytes" in send:  # frames WebsocketCommunicator.send_to cannot make
+        await socket.send_input({"type": "websocket.receive", **send})
+    else:
+        await socket.send_to(**send)
     error = await socket.receive_json_from(timeout=5)
 
     assert error == {"type": "error", "code": code, "message": error["message"]}

@@ -33,6 +33,7 @@ def real_engine(settings):
     settings.QASSIST_THREADS = 2
     settings.QASSIST_DEFAULT_MAX_TOKENS = 48
     settings.QASSIST_DEFAULT_TEMPERATURE = 0
+    service.set_prompt_counter(None)  # the model's own tokenizer counts prompts
     client = LocalEngineClient(service.build_engine)
     service.set_engine_client(client)
     yield client

@@ -123,7 +123,7 @@ def test_a_failed_reply_with_text_keeps_the_text(member, tenant):
 def test_regenerate_replaces_the_last_reply(member, tenant):
     turn = send(member, tenant, "question")
     services.reply_finish(reply_id=turn.reply.id, content="meh", finish_reason="stop")
-    again = services.message_regenerate(user=member, session_id=turn.session.id)
+    again = services.message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
     assert not Message.objects.filter(id=turn.reply.id).exists()
     assert again.user_message.id == turn.user_message.id
     assert [m.content for m in again.conversation] == ["question"]
@@ -133,7 +133,7 @@ def test_edit_rewrites_the_last_user_message_and_answers_it_afresh(member, tenan
     turn = send(member, tenant, "teh question")
     services.reply_finish(reply_id=turn.reply.id, content="?", finish_reason="stop")
     edited = services.message_edit_last(
-        user=member, session_id=turn.session.id, content="the question"
+        tenant=tenant, user=member, session_id=turn.session.id, content="the question"
     )
     assert edited.user_message.content == "the question"
     assert [m.content for m in edited.conversation] == ["the question"]
@@ -239,4 +239,4 @@ def test_an_archived_session_takes_no_more_messages(member, tenant):
     with pytest.raises(Http404):
         send(member, tenant, "again", session_id=turn.session.id)
     with pytest.raises(Http404):
-        services.message_regenerate(user=member, session_id=turn.session.id)
+        services.message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)

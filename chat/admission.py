@@ -1,0 +1,222 @@
+"""The one admission path of every surface (websocket, REST, background work):
+
+    authenticate (the surface: session cookie or API key)
+      → admit(): the tenant as it is now, the conversation's size and prompt tokens,
+        the tenant's limits and quotas reserved atomically, a cached reply looked up
+      → the engine (or the cached answer)
+      → settle(): the reservation becomes what was really used; stream slots freed.
+
+Surfaces call `admit` and `settle` (sync, through database_sync_to_async) and hold a ticket's
+stream lease with `held()` while they stream. They never check a limit themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from chat import services
+from chat.models import CachedReply
+from chat.services import Turn, TurnPlan
+from inference.service import get_prompt_counter
+from inference.types import ChatMessage, SamplingParams
+from inference.worker import Submission
+from tenants.limits import Plan
+from tenants.models import Tenant
+from tenants.services import (
+    Principal,
+    limits_plan,
+    limits_renew,
+    limits_reserve,
+    limits_settle,
+    principal_is_member,
+    refusal_message,
+    usage_record_refusal,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class Refused(Exception):
+    """A request admission turned away, with what the client needs to act on it.
+
+    `code`: rate_limited, quota_exceeded, prompt_too_long, tenant_inactive.
+    `reason`: the limit's name for rate_limited and quota_exceeded."""
+
+    def __init__(
+        self, code: str, message: str, *, reason: str = "", retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.reason = reason or code
+        self.retry_after = retry_after
+
+
+@dataclass
+class Ticket:
+    """An admitted request: what to send the engine (or the cached answer to serve instead),
+    and the reservation to settle when it ends."""
+
+    principal: Principal
+    tenant: Tenant
+    submission: Submission
+    prompt_tokens: int
+    plan: Plan
+    cached: CachedReply | None = None
+    settled: bool = False
+
+
+@dataclass
+class Usage:
+    """What a request really used, filled in by the surface as it learns it. A count left
+    None is charged as reserved (the worst case): a reply whose end nobody saw is not free."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+def check_conversation_size(conversation: Sequence[ChatMessage]) -> None:
+    """Refuse a history too big to be worth tokenising (it could not fit the context anyway)."""
+    chars = sum(len(m.content) for m in conversation)
+    limit = int(settings.QASSIST_MAX_CONVERSATION_CHARS)
+    if chars > limit:
+        raise Refused(
+            "prompt_too_long",
+            f"The conversation is {chars:,} characters long, more than this assistant reads "
+            f"({limit:,}). Start a new conversation or shorten the message.",
+        )
+
+
+def admit(
+    *,
+    principal: Principal,
+    conversation: Sequence[ChatMessage],
+    params: SamplingParams,
+    background: bool = False,
+    conversation_id: str = "",
+    cacheable: bool = True,
+) -> Ticket:
+    """Admit one request or raise Refused. Writes nothing but the limit counters (and, for a
+    refusal, a usage record saying why)."""
+    tenant = Tenant.objects.filter(pk=principal.tenant.pk, active=True).first()
+    if tenant is None:
+        raise Refused("tenant_inactive", "This tenant is not active.")
+    if principal.user is not None and not principal_is_member(principal=principal):
+        raise Refused("forbidden", "You are not a member of this tenant any more.")
+    principal = replace(principal, tenant=tenant)
+    check_conversation_size(conversation)
+    counter = get_prompt_counter()
+    prompt_tokens = counter.count(conversation)
+    room = counter.max_seq_tokens - prompt_tokens
+    if room <= 0:
+        raise Refused(
+            "prompt_too_long",
+            f"The conversation is {prompt_tokens:,} tokens long; this model's context holds "
+            f"{counter.max_seq_tokens:,}. Start a new conversation or shorten the message.",
+        )
+    params = replace(params, max_tokens=min(params.max_tokens, room))
+    request_id = uuid.uuid4().hex
+    plan = limits_plan(
+        principal=principal,
+        tenant=tenant,
+        request_id=request_id,
+        tokens=prompt_tokens + params.max_tokens,
+        # Background work (titles, batch items) runs on spare sequences: it counts against the
+        # quotas, never against the per-minute rates or anyone's stream slots.
+        streams=not background,
+        rate=not background,
+    )
+    refusal = limits_reserve(plan=plan)
+    if refusal is not None:
+        usage_record_refusal(principal=principal, reason=refusal.reason)
+        raise Refused(
+            refusal.code,
+            refusal_message(refusal=refusal, plan=plan, tenant=tenant),
+            reason=refusal.reason,
+            retry_after=refusal.retry_after,
+        )
+    cached = None
+    if cacheable and not background:
+        cached = services.cached_reply_lookup(tenant=tenant, conversation=list(conversation))
+    submission = Submission(
+        request_id=request_id,
+        messages=tuple(conversation),
+        params=params,
+        priority=tenant.priority,
+        background=background,
+        tenant=tenant.slug,
+        conversation=conversation_id,
+    )
+    return Ticket(principal, tenant, submission, prompt_tokens, plan, cached)
+
+
+def settle(*, ticket: Ticket, usage: Usage) -> None:
+    """End the ticket's reservation with what was really used (once)."""
+    if ticket.settled:
+        return
+    ticket.settled = True
+    if ticket.cached is not None and usage.completion_tokens is None:
+        used = 0  # served from the cache: no model tokens
+    else:
+        prompt = ticket.prompt_tokens if usage.prompt_tokens is None else usage.prompt_tokens
+        completion = (
+            ticket.submission.params.max_tokens
+            if usage.completion_tokens is None
+            else usage.completion_tokens
+        )
+        used = prompt + completion
+    limits_settle(plan=ticket.plan, used_tokens=used)
+
+
+@contextlib.asynccontextmanager
+async def held(ticket: Ticket) -> AsyncIterator[Usage]:
+    """Hold the ticket's stream slots while the body streams (the lease is renewed), then
+    settle with the usage the body filled in — on success, error or cancellation alike."""
+    usage = Usage()
+    renewer = asyncio.create_task(_renew(ticket))
+    try:
+        yield usage
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewer
+        await asyncio.shield(database_sync_to_async(settle)(ticket=ticket, usage=usage))
+
+
+async def _renew(ticket: Ticket) -> None:
+    interval = max(1.0, settings.QASSIST_STREAM_LEASE_SECONDS / 3)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await database_sync_to_async(limits_renew)(plan=ticket.plan)
+        except Exception:  # Redis away for a moment: the next renewal tries again
+            logger.warning("could not renew the stream lease of %s", ticket.plan.request_id)
+
+
+def turn_begin(
+    *, plan: TurnPlan, principal: Principal, params: SamplingParams
+) -> tuple[Turn, Ticket]:
+    """Admit a chat turn, then store it. Refused, nothing is stored; stored, the ticket knows
+    its session."""
+    session_id = str(plan.session.id) if plan.session is not None else ""
+    ticket = admit(
+        principal=principal,
+        conversation=plan.conversation,
+        params=params,
+        conversation_id=session_id,
+    )
+    try:
+        turn = services.turn_start(plan=plan)
+    except BaseException:
+        settle(ticket=ticket, usage=Usage(0, 0))
+        raise
+    ticket.submission = replace(ticket.submission, conversation=str(turn.session.id))
+    return turn, ticket
