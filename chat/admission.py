@@ -220,3 +220,32 @@ def turn_begin(
         raise
     ticket.submission = replace(ticket.submission, conversation=str(turn.session.id))
     return turn, ticket
+
+
+def api_begin(
+    *,
+    principal: Principal,
+    messages: list[ChatMessage],
+    params: SamplingParams,
+    external_user: str = "",
+    cacheable: bool = True,
+) -> tuple[Turn, Ticket]:
+    """Admit a REST request, then store it as a conversation of its API key."""
+    assert principal.api_key is not None
+    messages = services.check_api_messages(messages)
+    conversation = services.api_conversation(tenant=principal.tenant, messages=messages)
+    ticket = admit(
+        principal=principal, conversation=conversation, params=params, cacheable=cacheable
+    )
+    try:
+        turn = services.api_turn_start(
+            tenant=ticket.tenant,
+            api_key_id=principal.api_key.pk,
+            messages=messages,
+            external_user=external_user,
+        )
+    except BaseException:
+        settle(ticket=ticket, usage=Usage(0, 0))
+        raise
+    ticket.submission = replace(ticket.submission, conversation=str(turn.session.id))
+    return turn, ticket

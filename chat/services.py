@@ -33,10 +33,11 @@ TITLE_CHARS = 60
 class ChatError(Exception):
     """Input the chat cannot act on; `code` and the message go back to the client as is."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.param = param  # the REST parameter at fault, when there is one
 
 
 # --- checks on user input ------------------------------------------------------------------
@@ -490,3 +491,70 @@ def default_sampling() -> SamplingParams:
         max_tokens=int(settings.QASSIST_DEFAULT_MAX_TOKENS),
         temperature=float(settings.QASSIST_DEFAULT_TEMPERATURE),
     )
+
+
+# --- conversations over the REST API ---------------------------------------------------------
+
+
+def api_conversation(*, tenant: Tenant, messages: list[ChatMessage]) -> list[ChatMessage]:
+    """What the model sees for a REST request: the tenant's system prompt first (an
+    integration adds its own instructions after it, it does not replace the tenant's)."""
+    history: list[ChatMessage] = []
+    if tenant.system_prompt.strip():
+        history.append(ChatMessage("system", tenant.system_prompt))
+    return [*history, *messages]
+
+
+def check_api_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The conversation's messages are storable and end with something to answer."""
+    for i, message in enumerate(messages):
+        if "\x00" in message.content:
+            raise ChatError(
+                "invalid_message",
+                "A message contains a NUL character.",
+                param=f"messages[{i}].content",
+            )
+    if not any(m.role == "user" for m in messages):
+        raise ChatError(
+            "invalid_message", "The conversation needs a user message.", param="messages"
+        )
+    return messages
+
+
+@transaction.atomic
+def api_turn_start(
+    *, tenant: Tenant, api_key_id: int, messages: list[ChatMessage], external_user: str = ""
+) -> Turn:
+    """Store an admitted REST request as a conversation of its API key: the request's
+    messages, then an empty streaming reply."""
+    last_user = next(m for m in reversed(messages) if m.role == "user")
+    session = ChatSession.objects.create(
+        tenant=tenant,
+        api_key_id=api_key_id,
+        external_user=external_user[:256],
+        title=default_title(last_user.content),
+    )
+    stored = Message.objects.bulk_create(
+        Message(session=session, role=m.role, content=m.content) for m in messages
+    )
+    user_message = next(m for m in reversed(stored) if m.role == Message.Role.USER)
+    reply = Message.objects.create(
+        session=session, role=Message.Role.ASSISTANT, status=Message.Status.STREAMING
+    )
+    return Turn(session, user_message, reply, api_conversation(tenant=tenant, messages=messages))
+
+
+def api_completion_get(*, tenant: Tenant, session_id: uuid.UUID) -> tuple[ChatSession, Message]:
+    """A completion made with any of the tenant's API keys, and its reply; anything else
+    (another tenant's, a browser conversation) is a 404."""
+    session = ChatSession.objects.filter(
+        id=session_id, tenant=tenant, api_key__isnull=False
+    ).first()
+    reply = (
+        session.messages.filter(role=Message.Role.ASSISTANT).order_by("-id").first()
+        if session is not None
+        else None
+    )
+    if session is None or reply is None:
+        raise Http404("No such completion.")
+    return session, reply

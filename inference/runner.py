@@ -323,8 +323,13 @@ class LlamaRunner:
         p = req.params
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         add = llama_cpp.llama_sampler_chain_add
-        if p.repeat_penalty != 1.0:
-            add(chain, llama_cpp.llama_sampler_init_penalties(64, p.repeat_penalty, 0.0, 0.0))
+        if p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
+            add(
+                chain,
+                llama_cpp.llama_sampler_init_penalties(
+                    64, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+                ),
+            )
         if p.temperature <= 0.0:
             add(chain, llama_cpp.llama_sampler_init_greedy())
             return chain

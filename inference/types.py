@@ -67,12 +67,19 @@ class SamplingParams:
     top_p: float = 0.95
     top_k: int = 40
     repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0 and self.repeat_penalty == 1.0
+        return (
+            self.temperature <= 0.0
+            and self.repeat_penalty == 1.0
+            and self.frequency_penalty == 0.0
+            and self.presence_penalty == 0.0
+        )
 
     def check(self) -> None:
         """Raise EngineError(INVALID_REQUEST) for values no sampler can honour."""
@@ -87,6 +94,8 @@ class SamplingParams:
             problems.append("top_k must be 0 (off) or more")
         if not 0.0 < self.repeat_penalty <= 5.0:
             problems.append("repeat_penalty must be in (0, 5]")
+        if not (-2.0 <= self.frequency_penalty <= 2.0 and -2.0 <= self.presence_penalty <= 2.0):
+            problems.append("frequency_penalty and presence_penalty must be between -2 and 2")
         if len(self.stop) > 8 or any(not s or len(s) > 200 for s in self.stop):
             problems.append("stop takes at most 8 non-empty strings of up to 200 characters")
         if problems:

@@ -5,6 +5,7 @@ from qassist import views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("v1/", include("chat.api.urls")),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("chat.urls")),

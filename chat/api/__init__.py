@@ -1,0 +1,1 @@
+"""The OpenAI-compatible REST API for integrations: `/v1/...` (docs/api.md)."""

@@ -1,0 +1,143 @@
+"""`/v1/openapi.json`, generated from the schema types the views validate and answer with.
+
+The paths are listed here (method, request type, response types per status); every schema
+comes from `chat.api.schemas`, so the description cannot drift from what is accepted.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from chat.api import schemas
+
+REF = "#/components/schemas/{model}"
+
+_ERRORS = {
+    400: "Invalid request: the parameter at fault is in error.param.",
+    401: "No API key, or an incorrect, revoked or expired one.",
+    404: "Unknown model, route or completion.",
+    413: "The request body is too large.",
+    429: "A limit of the key's tenant: Retry-After says when to try again.",
+    500: "The server failed.",
+    503: "The engine is at capacity or no inference worker answers: retry later.",
+}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": REF.format(model=model.__name__)}
+
+
+def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    return {str(s): _json(schemas.ErrorResponse, _ERRORS[s]) for s in statuses}
+
+
+_ID_PARAM = {
+    "name": "completion_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+    "description": "The id a completion was returned with (chatcmpl-…).",
+}
+
+
+def _paths() -> dict[str, Any]:
+    completion = _json(schemas.ChatCompletion, "The completion (`stream` false).")
+    completion["content"]["text/event-stream"] = {
+        "schema": {
+            "type": "string",
+            "description": "Server-sent events (`stream` true): `data: <ChatCompletionChunk>` "
+            "lines, then `data: [DONE]`. An error after the stream started is sent as "
+            "`data: <ErrorResponse>`.",
+        }
+    }
+    return {
+        "/v1/chat/completions": {
+            "post": {
+                "operationId": "createChatCompletion",
+                "summary": "Generate the assistant's reply to a conversation.",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": _ref(schemas.ChatCompletionRequest)}
+                    },
+                },
+                "responses": {"200": completion, **_errors(400, 401, 404, 413, 429, 500, 503)},
+            }
+        },
+        "/v1/chat/completions/{completion_id}": {
+            "get": {
+                "operationId": "getChatCompletion",
+                "summary": "A completion made with one of the tenant's API keys.",
+                "parameters": [_ID_PARAM],
+                "responses": {
+                    "200": _json(schemas.ChatCompletion, "The stored completion."),
+                    **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/chat/completions/{completion_id}/messages": {
+            "get": {
+                "operationId": "getChatCompletionMessages",
+                "summary": "The messages a stored completion answered.",
+                "parameters": [_ID_PARAM],
+                "responses": {
+                    "200": _json(schemas.StoredMessageList, "The request's messages."),
+                    **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/models": {
+            "get": {
+                "operationId": "listModels",
+                "summary": "The model this server serves.",
+                "responses": {"200": _json(schemas.ModelList, "The models."), **_errors(401)},
+            }
+        },
+    }
+
+
+_MODELS: list[type[BaseModel]] = [
+    schemas.ChatCompletionRequest,
+    schemas.ChatCompletion,
+    schemas.ChatCompletionChunk,
+    schemas.ModelList,
+    schemas.StoredMessageList,
+    schemas.ErrorResponse,
+]
+
+
+@functools.cache
+def openapi_document() -> dict[str, Any]:
+    _, defs = models_json_schema(
+        [
+            (model, "validation" if model is schemas.ChatCompletionRequest else "serialization")
+            for model in _MODELS
+        ],
+        ref_template=REF,
+    )
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "qassist",
+            "version": "1",
+            "description": "OpenAI-compatible chat completions for integrations, run as the "
+            "tenant of the API key. See docs/api.md.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearerAuth": []}],
+        "paths": _paths(),
+        "components": {
+            "schemas": defs["$defs"],
+            "securitySchemes": {
+                "bearerAuth": {"type": "http", "scheme": "bearer", "description": "An API key."}
+            },
+        },
+    }
