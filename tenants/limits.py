@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -220,8 +221,16 @@ class Refusal:
 class Limiter:
     """The reserve / renew / settle operations over one Redis (real or in-process)."""
 
-    def __init__(self, client: Any, *, prefix: str, lease_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str,
+        lease_seconds: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.redis = client
+        self.clock = clock
         self.prefix = prefix
         self.lease_ms = int(lease_seconds * 1000)
         self._reserve = client.register_script(_RESERVE)
@@ -244,6 +253,9 @@ class Limiter:
             f"{t}:open",
         ]
 
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
     def quota_key(self, plan: Plan, period: str) -> str:
         return self._keys(plan)[6 if period == "day" else 7]
 
@@ -255,7 +267,7 @@ class Limiter:
         limits = plan.limits
         args = [
             plan.request_id,
-            _now_ms(),
+            self._now_ms(),
             plan.tokens,
             _arg(limits.requests_per_minute),
             _arg(limits.tokens_per_minute),
@@ -285,13 +297,13 @@ class Limiter:
 
     def renew(self, plan: Plan) -> None:
         keys = self._keys(plan)
-        expiry = _now_ms() + self.lease_ms
+        expiry = self._now_ms() + self.lease_ms
         self._renew(keys=[keys[4], keys[5]], args=[plan.request_id, expiry, 2 * self.lease_ms])
 
     def settle(self, plan: Plan, *, used_tokens: int) -> bool:
         """End the reservation with the tokens really used. False if it was not open."""
         reply = self._settle(
-            keys=self._keys(plan), args=[plan.request_id, max(0, used_tokens), _now_ms()]
+            keys=self._keys(plan), args=[plan.request_id, max(0, used_tokens), self._now_ms()]
         )
         return bool(int(reply))
 
@@ -300,7 +312,7 @@ class Limiter:
     def snapshot(self, plan: Plan) -> dict[str, int]:
         """The counters `plan`'s tenant has now (expired entries not yet pruned are counted)."""
         keys = self._keys(plan)
-        now = _now_ms()
+        now = self._now_ms()
         return {
             "requests_in_window": int(self.redis.zcount(keys[0], now - WINDOW_MS, "+inf")),
             "tokens_in_window": int(self.redis.get(keys[3]) or 0),
@@ -318,10 +330,6 @@ def _arg(limit: int | None) -> int:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # --- one limiter per process ----------------------------------------------------------------
