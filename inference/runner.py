@@ -73,7 +73,10 @@ class LlamaTokenizer:
         self._owns_model = owns_model
         self.vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
-        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model))
+        # A vocab-only load leaves the hyperparameters unread (0): take the metadata's value.
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(model)) or self._meta_int(
+            "{arch}.context_length"
+        )
         self._pieces: dict[int, bytes] = {}
         self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
         self._bos_text = self._token_text(llama_cpp.llama_vocab_bos(self.vocab))
@@ -94,6 +97,15 @@ class LlamaTokenizer:
         if not model:
             raise RunnerError(f"llama.cpp could not load the vocabulary of {model_path}")
         return cls(model, owns_model=True)
+
+    def _meta(self, key: str) -> str:
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else ""
+
+    def _meta_int(self, key: str) -> int:
+        value = self._meta(key.format(arch=self._meta("general.architecture")))
+        return int(value) if value.isdigit() else 0
 
     def close(self) -> None:
         if self._owns_model and self.model:

@@ -73,3 +73,7 @@ def engine_params():
     from inference.types import SamplingParams
 
     return SamplingParams(temperature=0, max_tokens=8)
+
+
+def test_the_vocabulary_alone_knows_the_models_trained_context(tokenizer):
+    assert tokenizer.n_ctx_train == 8192  # SmolLM2's; a vocab-only load reports 0 by itself
