@@ -7,6 +7,7 @@ Every persona's password is PASSWORD, for tests that log in through a form.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # Connections opened on asgiref's worker threads (database_sync_to_async) are closed after
     # each use, so none outlives the test run and blocks dropping the PostgreSQL test database.
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        # A file, not the shared in-memory database: requests served on other threads (the
+        # ASGI app under test, the engine's) lock rows as in production, not whole tables.
+        name = Path(tempfile.gettempdir()) / f"qassist-test-{os.getpid()}.sqlite3"
+        settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = str(name)
 
 
 @pytest.fixture(autouse=True)

@@ -51,11 +51,29 @@ _ID_PARAM = {
 def _paths() -> dict[str, Any]:
     completion = _json(schemas.ChatCompletion, "The completion (`stream` false).")
     completion["content"]["text/event-stream"] = {
+        # One event (before Open API 3.2's itemSchema, `schema` describes each event).
         "schema": {
-            "type": "string",
+            "type": "object",
             "description": "Server-sent events (`stream` true): `data: <ChatCompletionChunk>` "
-            "lines, then `data: [DONE]`. An error after the stream started is sent as "
-            "`data: <ErrorResponse>`.",
+            "events, then `data: [DONE]`. An error after the stream started is sent as "
+            "`data: <ErrorResponse>` and ends it.",
+            "required": ["data"],
+            "properties": {
+                "data": {
+                    "anyOf": [
+                        {
+                            "contentMediaType": "application/json",
+                            "contentSchema": _ref(schemas.ChatCompletionChunk),
+                        },
+                        {
+                            "contentMediaType": "application/json",
+                            "contentSchema": _ref(schemas.ErrorResponse),
+                        },
+                        {"const": "[DONE]"},
+                    ]
+                },
+                "event": {"const": "message"},
+            },
         }
     }
     return {
@@ -114,8 +132,18 @@ _MODELS: list[type[BaseModel]] = [
 ]
 
 
+def _example_request(model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "Name three primary colours."}],
+        "max_tokens": 48,
+    }
+
+
 @functools.cache
 def openapi_document() -> dict[str, Any]:
+    from chat.api.views import served_model
+
     _, defs = models_json_schema(
         [
             (model, "validation" if model is schemas.ChatCompletionRequest else "serialization")
@@ -123,6 +151,9 @@ def openapi_document() -> dict[str, Any]:
         ],
         ref_template=REF,
     )
+    request = defs["$defs"]["ChatCompletionRequest"]
+    request["properties"]["model"]["examples"] = [served_model()]
+    request["examples"] = [_example_request(served_model())]
     return {
         "openapi": "3.1.0",
         "info": {
