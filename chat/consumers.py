@@ -13,6 +13,7 @@ reply.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -41,6 +42,10 @@ MAX_FRAME_CHARS = 256_000  # a message of MAX_MESSAGE_CHARS, JSON-escaped, fits 
 FRAMES_PER_SECOND = 10  # sustained rate a client may send frames at ...
 FRAME_BURST = 30  # ... after a burst of this many
 CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_MANY = 4429
+
+# Open sockets per user in this process: a script opening hundreds cannot exhaust it.
+_sockets_per_user: collections.Counter[int] = collections.Counter()
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
@@ -62,6 +67,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if membership is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        if _sockets_per_user[user.pk] >= settings.QASSIST_WS_MAX_PER_USER:
+            await self.close(code=CLOSE_TOO_MANY)
+            return
+        _sockets_per_user[user.pk] += 1
+        self._counted = True
         self.user = user
         self.tenant = membership.tenant
         self._allowance = float(FRAME_BURST)
@@ -71,6 +81,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self._recheck_task = asyncio.create_task(self._recheck_forever())
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "_counted", False):
+            self._counted = False
+            _sockets_per_user[self.user.pk] -= 1
+            if _sockets_per_user[self.user.pk] <= 0:
+                del _sockets_per_user[self.user.pk]
         await self._stop_tasks()
 
     async def _stop_tasks(self) -> None:

@@ -158,6 +158,8 @@ QASSIST_STREAM_LEASE_SECONDS = env_int("QASSIST_STREAM_LEASE_SECONDS", 30)
 # Concurrent streams one person (browser) or one API key may hold, within the tenant's limit.
 QASSIST_USER_MAX_STREAMS = env_int("QASSIST_USER_MAX_STREAMS", 4)
 QASSIST_API_KEY_MAX_STREAMS = env_int("QASSIST_API_KEY_MAX_STREAMS", 16)
+# Websockets one user may hold open in one web process.
+QASSIST_WS_MAX_PER_USER = env_int("QASSIST_WS_MAX_PER_USER", 20)
 # An open websocket re-checks its login and membership this often (seconds).
 QASSIST_WS_RECHECK_SECONDS = env_int("QASSIST_WS_RECHECK_SECONDS", 5)
 # A conversation longer than this (all messages, in characters) is refused before it is

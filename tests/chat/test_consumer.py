@@ -498,3 +498,35 @@ async def test_a_title_the_user_set_meanwhile_is_not_overwritten(
     session = await database_sync_to_async(ChatSession.objects.get)(id=session_id)
     assert session.title == "Mine"
     await socket.disconnect()
+
+
+async def test_one_user_cannot_hold_more_sockets_than_allowed(
+    engine: FakeEngine, member: User, outsider: User, settings: Any
+) -> None:
+    settings.QASSIST_WS_MAX_PER_USER = 3
+    sockets = [await connected_as(member) for _ in range(3)]
+    _extra, connected, code = await open_socket(member)
+    assert (connected, code) == (False, 4429)
+    other = await connected_as(outsider)  # someone else is not affected
+    await sockets.pop().disconnect()
+    again = await connected_as(member)  # a closed socket frees its place
+    frames = await ask(again, "still served")
+    assert joined(frames) == "echo: still served"
+    for socket in [*sockets, other, again]:
+        await socket.disconnect()
+
+
+async def test_a_flood_of_frames_is_dropped_with_a_notice_and_others_are_served(
+    engine: FakeEngine, member: User, outsider: User
+) -> None:
+    flooder = await connected_as(member)
+    for _ in range(300):
+        await flooder.send_to(text_data='{"type": "chat.nothing"}')
+    codes = set()
+    while not await flooder.receive_nothing(timeout=0.3):
+        codes.add((await flooder.receive_json_from())["code"])
+    assert codes == {"unknown_type", "too_many_frames"}
+    bystander = await connected_as(outsider)
+    assert joined(await ask(bystander, "hello")) == "echo: hello"
+    await flooder.disconnect()
+    await bystander.disconnect()
