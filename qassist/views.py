@@ -8,6 +8,7 @@ a JSON field, so the endpoint neither hangs nor shows a traceback.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable
 from typing import Any, cast
 
@@ -15,11 +16,13 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from inference.service import get_engine_client
+from qassist.errors import error_response
+from qassist.middleware import DATABASE_ERRORS, database_unavailable
 
 DATABASE_TIMEOUT = 2.0
 REDIS_TIMEOUT = 1.0
@@ -92,3 +95,57 @@ async def _engine() -> Part:
     if not isinstance(health, dict):
         return {"ok": False, "error": f"unexpected health report: {health!r}"}
     return {**health, "ok": bool(health.get("ok"))}
+
+
+# --- error handlers (qassist/urls.py): JSON for JSON callers, a page for people ---------------
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return error_response(
+        request,
+        status=400,
+        code="bad_request",
+        message="The request was malformed.",
+        template="400.html",
+    )
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return error_response(
+        request,
+        status=403,
+        code="forbidden",
+        message="You may not do that.",
+        template="403.html",
+    )
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return error_response(
+        request, status=404, code="not_found", message="Not found.", template="404.html"
+    )
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    # Called while the exception is being handled: a database outage raised outside a view
+    # (in a middleware) is still a 503, not a 500.
+    exc = sys.exc_info()[1]
+    if isinstance(exc, DATABASE_ERRORS):
+        return database_unavailable(request, exc)
+    return error_response(
+        request,
+        status=500,
+        code="internal",
+        message="The server could not complete this request.",
+        template="500.html",
+    )
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    return error_response(
+        request,
+        status=403,
+        code="csrf_failed",
+        message="The form expired or came from another site; reload the page and try again.",
+        template="403.html",
+    )
