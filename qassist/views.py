@@ -3,6 +3,10 @@
 200 when the database, Redis (when configured) and an inference worker answer; 503 otherwise,
 with `down` naming the parts that did not. Each probe has a timeout and turns any failure into
 a JSON field, so the endpoint neither hangs nor shows a traceback.
+
+Anyone may ask, so an anonymous caller hears only the status and which part is down. The
+details (error text, hosts, the model, each worker's counters) go to staff, and to callers on
+this machine that did not come through a proxy (a local load balancer, `curl` on the host).
 """
 
 from __future__ import annotations
@@ -39,13 +43,33 @@ async def healthz(request: HttpRequest) -> JsonResponse:
     )
     parts = {"database": database, "redis": redis_part, "engine": engine}
     down = [name for name, part in parts.items() if part.get("ok") is False]
-    body = {
-        "status": "degraded" if down else "ok",
-        "down": down,
-        **parts,
-        "model": settings.QASSIST_MODEL,
-    }
+    body: dict[str, Any] = {"status": "degraded" if down else "ok", "down": down}
+    if await _may_see_details(request):
+        body.update(parts, model=settings.QASSIST_MODEL)
+    else:
+        body.update({name: _public(part) for name, part in parts.items()})
     return JsonResponse(body, status=503 if down else 200)
+
+
+LOCAL_ADDRESSES = frozenset({"127.0.0.1", "::1"})
+PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
+
+
+async def _may_see_details(request: HttpRequest) -> bool:
+    local = request.META.get("REMOTE_ADDR") in LOCAL_ADDRESSES and not any(
+        header in request.headers for header in PROXY_HEADERS
+    )
+    if local:
+        return True
+    try:
+        user = await request.auser()
+    except Exception:  # the database (sessions, users) may be the part that is down
+        return False
+    return bool(user.is_active and user.is_staff)
+
+
+def _public(part: Part) -> Part:
+    return {key: part[key] for key in ("ok", "mode") if key in part}
 
 
 def _failure(exc: BaseException, timeout: float) -> Part:
