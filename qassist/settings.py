@@ -8,6 +8,7 @@ REDIS_URL and run `manage.py run_inference_worker` on each machine.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -40,6 +41,7 @@ INSTALLED_APPS = [
     "tenants",
     "chat",
     "inference",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -53,6 +55,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: answers a locked-out login with a 429 page
 ]
 
 ROOT_URLCONF = "qassist.urls"
@@ -94,6 +97,26 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# --- Login lockout (django-axes): /accounts/login/ and the admin's login -----------------------
+# After QASSIST_LOGIN_FAILURE_LIMIT failed logins for one username, or from one IP address,
+# further attempts are refused (429) for QASSIST_LOGIN_LOCKOUT_MINUTES after the last one.
+# Failures are stored in the database (works without Redis) and logged. Behind a proxy, run
+# daphne with --proxy-headers so REMOTE_ADDR is the client's address, not the proxy's.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("QASSIST_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("QASSIST_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS: list[str | list[str]] = list(
+    env_list("QASSIST_LOGIN_LOCKOUT_BY", "username,ip_address")
+)
+AXES_RESET_ON_SUCCESS = True  # a successful login clears that user's failures
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]  # never trust a client's X-Forwarded-For
+AXES_VERBOSE = True
+AXES_SENSITIVE_PARAMETERS: list[str] = []  # log who and from where; passwords stay masked
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "chat:index"
 LOGOUT_REDIRECT_URL = "login"
