@@ -278,6 +278,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             deltas = 0
             last_save = time.monotonic()
             outcome: dict[str, Any] = {"finish_reason": "error", "error": ""}
+            keep_alive = asyncio.create_task(self._keep_alive(reply_id))
             try:
                 async for event in get_engine_client().generate(ticket.submission):
                     if isinstance(event, Queued):
@@ -320,6 +321,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 }
                 await self._error("internal", outcome["error"], reply_id)
             finally:
+                keep_alive.cancel()
                 self._request_id = None
                 if usage.completion_tokens is None:
                     # No end report from the engine (a failure, or a worker that died): charge
@@ -344,6 +346,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             and settings.QASSIST_GENERATE_TITLES
         ):
             self._title_task = asyncio.create_task(self._generate_title(turn))
+
+    async def _keep_alive(self, reply_id: int) -> None:
+        """Touch the reply while this process works on it, so the stale-reply sweep never takes
+        it for one a dead web process left behind (waiting in the queue writes no text)."""
+        while True:
+            await asyncio.sleep(services.REPLY_KEEPALIVE_SECONDS)
+            try:
+                await database_sync_to_async(services.reply_keep_alive)(reply_id=reply_id)
+            except Exception as exc:  # the database may be down for a moment: try again later
+                logger.warning("could not keep reply %s alive: %s", reply_id, exc)
 
     async def _generate_title(self, turn: Turn) -> None:
         """Ask the model for a short title, after the reply and as background work, so it never
