@@ -49,6 +49,11 @@ _sockets_per_user: collections.Counter[int] = collections.Counter()
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    # Nothing reaches a chat socket through the channel layer (replies come from the engine
+    # client), so it joins none: an alias that names no layer. Otherwise every open socket
+    # would sit in the layer's Redis receive loop, and a Redis restart would crash them all.
+    channel_layer_alias = "none"
+
     tenant: Tenant
     user: User
     _task: asyncio.Task[None] | None = None
