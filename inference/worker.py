@@ -95,8 +95,10 @@ class EngineWorker:
         self.stop_event = threading.Event()
         self._last_heartbeat = 0.0
         self.started_at = time.time()
+        self.last_progress = time.monotonic()  # when the loop last began an iteration
 
     def run_once(self) -> None:
+        self.last_progress = time.monotonic()
         self.apply_cancellations()
         if not self.draining:
             self.admit()
@@ -153,6 +155,21 @@ class EngineWorker:
             "finished": dict(stats.finished),
             "started_at": self.started_at,
         }
+
+    def heartbeat_forever(self, stall_seconds: float = 60.0) -> None:
+        """Beat from a thread of its own (run_inference_worker starts one), so that one long
+        engine step on a busy machine (llama.cpp releases the GIL while it decodes) is not
+        taken for a dead worker and its replies cut. A loop stuck for `stall_seconds` stops
+        the beats: then it is dead for every purpose, and web processes say so."""
+        while not self.stop_event.wait(self.heartbeat_interval):
+            if time.monotonic() - self.last_progress > stall_seconds:
+                continue
+            try:
+                self.maybe_heartbeat(force=True)
+            except TransportUnavailable:
+                pass  # the loop notices too, ends what it runs and reconnects
+            except Exception:
+                logger.exception("heartbeat failed")
 
     def run_forever(self) -> None:
         outage_since: float | None = None
