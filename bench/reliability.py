@@ -158,6 +158,7 @@ class Outcome:
     first_delta: float | None = None
     queued: bool = False
     errors: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
     status: str = ""  # the reply's final status (reply.done), or "" when none came
     content_chars: int = 0
     ended: float = 0.0
@@ -186,6 +187,7 @@ async def chat_once(
                     on_delta()
             elif kind == "error":
                 outcome.errors.append(frame["code"])
+                outcome.messages.append(frame.get("message", ""))
                 if "reply_id" not in frame:  # refused before a reply existed
                     outcome.terminal_frames += 1
                     break
@@ -258,15 +260,18 @@ def run_supervise(args: argparse.Namespace) -> int:
                     os.kill(worker_pid, signal.SIGKILL)
                     killed_at.append(time.monotonic())
 
+            async def one() -> Outcome:
+                outcome = await chat_once(ws_url, base, cookie, LONG_PROMPT, 0, on_delta)
+                if not killed_at:  # ended before every client streamed: kill now anyway
+                    on_delta_count_as_all()
+                return outcome
+
+            def on_delta_count_as_all() -> None:
+                deltas[0] = args.clients - 1
+                on_delta()
+
             async def load() -> list[Outcome]:
-                return list(
-                    await asyncio.gather(
-                        *(
-                            chat_once(ws_url, base, cookie, LONG_PROMPT, 0, on_delta)
-                            for _ in range(args.clients)
-                        )
-                    )
-                )
+                return list(await asyncio.gather(*(one() for _ in range(args.clients))))
 
             # Watch /healthz from before the kill until a new worker reports.
             seen: list[tuple[float, int, tuple[str, ...], dict[str, Any]]] = []
@@ -309,6 +314,9 @@ def run_supervise(args: argparse.Namespace) -> int:
         measured = {
             "clients": args.clients,
             "replies_cut_status": Counter(o.status for o in outcomes),
+            "streamed_before_the_kill": sum(
+                1 for o in outcomes if o.first_delta and o.first_delta <= kill
+            ),
             "error_codes": Counter(c for o in outcomes for c in o.errors),
             "all_kept_text": all(o.content_chars > 0 for o in cut),
             "seconds_kill_to_last_reply_ended": round(max(o.ended for o in outcomes) - kill, 2),
@@ -323,6 +331,7 @@ def run_supervise(args: argparse.Namespace) -> int:
             "reply_after_recovery": {
                 "status": after_outcome.status,
                 "errors": after_outcome.errors,
+                "messages": after_outcome.messages,
                 "chars": after_outcome.content_chars,
             },
             "pids_before": pids_before,
