@@ -291,8 +291,11 @@ def run_supervise(args: argparse.Namespace) -> int:
             outcomes = asyncio.run(load())
             kill = killed_at[0]
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not any(
-                status == 200 and set(ids) - set(started_before) for _, status, ids, _ in seen
+            while time.monotonic() < deadline and not (
+                seen
+                and seen[-1][1] == 200
+                and seen[-1][2]
+                and not set(seen[-1][2]) & set(started_before)
             ):
                 time.sleep(0.2)
             watching.set()
@@ -354,9 +357,9 @@ def run_supervise(args: argparse.Namespace) -> int:
                 "each client heard worker_down": all(o.errors == ["worker_down"] for o in outcomes),
                 "/healthz shows the restart: the killed worker leaves, a new one reports": bool(
                     recovered
-                    and not any(
-                        set(started_before) & set(ids) for t, _, ids, _ in seen if t >= recovered
-                    )
+                    and seen[-1][1] == 200
+                    and set(seen[-1][2])
+                    and not set(started_before) & set(seen[-1][2])
                 ),
                 "the worker was restarted by the supervisor": (
                     pids_after["worker"] not in (None, worker_pid)
