@@ -506,6 +506,7 @@ def run_scale_out(args: argparse.Namespace) -> int:
                 return [o for d in done for o in d]
 
             outcomes = asyncio.run(load())
+            time.sleep(2.5)  # the workers' stats keys are rewritten with each heartbeat (1 s)
             sample()
             statuses = reply_statuses(env)
         kill = killed_at[0] if killed_at else None
