@@ -1,6 +1,7 @@
 """Scripted reliability runs against real processes, the embedded model and a private Redis.
 
     python -m bench.reliability supervise     # make run's supervision: kill -9 the worker
+    python -m bench.reliability redis-restart # Redis killed under a streaming reply, restarted
     python -m bench.reliability scale-out     # 2 web + 2 workers, one worker killed mid-load
 
 Each run starts everything it needs in a temporary folder (its own redis-server on a free port,
@@ -46,44 +47,63 @@ LONG_PROMPT = "Write a long, detailed story about a lighthouse keeper and a stor
 # --- plumbing ---------------------------------------------------------------------------------
 
 
-@contextmanager
-def private_redis(workdir: Path) -> Iterator[str]:
-    server = shutil.which("redis-server")
-    if server is None:
-        raise SystemExit("redis-server is not installed")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
+class PrivateRedis:
+    """A redis-server of our own on a free port, without persistence: a restart loses every
+    key, as after a crash."""
+
+    def __init__(self, workdir: Path) -> None:
+        server = shutil.which("redis-server")
+        if server is None:
+            raise SystemExit("redis-server is not installed")
+        self.server = server
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                self.server,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 20
         while True:
             try:
-                redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
-                break
+                redis.Redis.from_url(self.url, socket_connect_timeout=0.5).ping()
+                return
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        yield url
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@contextmanager
+def private_redis(workdir: Path) -> Iterator[str]:
+    server = PrivateRedis(workdir)
+    server.start()
+    try:
+        yield server.url
     finally:
-        proc.kill()
-        proc.wait()
+        server.kill()
 
 
 def base_env(workdir: Path, redis_url: str, database_url: str, **extra: str) -> dict[str, str]:
@@ -374,6 +394,104 @@ def run_supervise(args: argparse.Namespace) -> int:
         )
 
 
+# --- redis-restart: Redis dies under a web process and a worker, and comes back -----------------
+
+
+def run_redis_restart(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="qassist-rel-") as tmp:
+        workdir = Path(tmp)
+        server = PrivateRedis(workdir)
+        server.start()
+        try:
+            return _redis_restart(args, workdir, server)
+        finally:
+            server.kill()
+
+
+def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis) -> int:
+    env = base_env(
+        workdir,
+        server.url,
+        f"sqlite:///{workdir / 'db.sqlite3'}",
+        QASSIST_DEFAULT_MAX_TOKENS=str(args.max_tokens),
+    )
+    manage(env, "migrate", "--noinput", "-v", "0")
+    cookie = login_cookie(env)
+    port = free_port()
+    base, ws_url = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/ws/chat/"
+    daphne = [
+        PYTHON,
+        "-m",
+        "daphne",
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "qassist.asgi:application",
+    ]
+    with (
+        process([PYTHON, "manage.py", "run_inference_worker"], env, workdir / "worker.log") as w,
+        process(daphne, env, workdir / "web.log") as web,
+    ):
+        wait_healthy(base)
+        killed: list[float] = []
+
+        def on_delta() -> None:
+            if not killed:
+                server.kill()
+                killed.append(time.monotonic())
+
+        in_flight = asyncio.run(chat_once(ws_url, base, cookie, LONG_PROMPT, 0, on_delta))
+        down_status, down_body = health(base)
+        time.sleep(args.down_seconds)
+        server.start()
+        back = time.monotonic()
+        attempts: list[Outcome] = []
+        while time.monotonic() - back < 60:
+            outcome = asyncio.run(chat_once(ws_url, base, cookie, "Say OK.", 0))
+            attempts.append(outcome)
+            if outcome.status == "complete":
+                break
+            time.sleep(0.25)
+        first_success = attempts[-1].ended - back if attempts[-1].status == "complete" else None
+        still_running = w.poll() is None and web.poll() is None
+        statuses = reply_statuses(env)
+    measured = {
+        "in_flight": {
+            "status": in_flight.status,
+            "errors": in_flight.errors,
+            "messages": in_flight.messages,
+            "chars_kept": in_flight.content_chars,
+            "seconds_kill_to_end": round(in_flight.ended - killed[0], 2),
+        },
+        "healthz_while_down": {"status": down_status, "down": down_body.get("down")},
+        "redis_down_seconds": args.down_seconds,
+        "attempts_after_redis_came_back": [
+            {"status": o.status or "refused", "errors": o.errors} for o in attempts
+        ],
+        "seconds_redis_back_to_first_completed_reply": (
+            round(first_success, 2) if first_success is not None else None
+        ),
+        "web_and_worker_never_restarted": still_running,
+        "database_reply_statuses": statuses,
+    }
+    print(json.dumps(measured, indent=2))
+    return verdict(
+        {
+            "the reply in flight ended clearly (worker_down), its text kept": (
+                in_flight.errors == ["worker_down"]
+                and in_flight.status == "interrupted"
+                and in_flight.content_chars > 0
+            ),
+            "/healthz named redis while it was down": down_status == 503
+            and "redis" in (down_body.get("down") or []),
+            "a new reply completed after Redis came back": first_success is not None,
+            "the same web process and worker, reconnected by themselves": still_running,
+            "no reply left streaming in the database": statuses.get("streaming", 0) == 0,
+        }
+    )
+
+
 # --- scale-out: two web processes, two workers ------------------------------------------------
 
 
@@ -568,6 +686,9 @@ def main() -> None:
     sup = sub.add_parser("supervise", help="kill -9 the worker under the supervisor")
     sup.add_argument("--clients", type=int, default=4)
     sup.add_argument("--max-tokens", type=int, default=400)
+    rr = sub.add_parser("redis-restart", help="Redis killed under a streaming reply, restarted")
+    rr.add_argument("--max-tokens", type=int, default=300)
+    rr.add_argument("--down-seconds", type=float, default=2.0)
     scale = sub.add_parser("scale-out", help="2 web + 2 workers, one worker killed mid-load")
     scale.add_argument("--clients", type=int, default=12)
     scale.add_argument("--requests", type=int, default=3, help="per client, back to back")
@@ -576,8 +697,12 @@ def main() -> None:
     args = parser.parse_args()
     if not MODEL.exists():
         raise SystemExit(f"{MODEL} is missing: python manage.py fetch_model smollm2-135m")
-    runner = run_supervise if args.scenario == "supervise" else run_scale_out
-    sys.exit(runner(args))
+    runners = {
+        "supervise": run_supervise,
+        "redis-restart": run_redis_restart,
+        "scale-out": run_scale_out,
+    }
+    sys.exit(runners[args.scenario](args))
 
 
 if __name__ == "__main__":
