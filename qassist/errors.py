@@ -1,7 +1,8 @@
 """Error answers that suit the caller: JSON for scripts and the page's fetch calls, a page for
 people. Used by the error handlers (qassist/urls.py), the middleware and the JSON endpoints.
 
-JSON errors have one shape everywhere: `{"error": {"code": ..., "message": ...}}`.
+JSON errors have one shape everywhere: `{"error": {"code": ..., "message": ...}}`; under /v1/
+(the OpenAI-compatible API) it is OpenAI's, which adds `type` and `param`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ def json_error(
     return response
 
 
+def _api_error(code: str, message: str, status: int) -> JsonResponse:
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return JsonResponse(body, status=status)
+
+
 def error_response(
     request: HttpRequest,
     *,
@@ -44,11 +51,13 @@ def error_response(
     """JSON or a page, by what the caller wants. The page is rendered without the request
     context on purpose: its context processors may need the database, which may be the
     thing that is down."""
-    if wants_json(request):
-        response: HttpResponse = json_error(code, message, status, retry_after=retry_after)
+    if request.path.startswith("/v1/"):
+        response: HttpResponse = _api_error(code, message, status)
+    elif wants_json(request):
+        response = json_error(code, message, status)
     else:
         response = HttpResponse(loader.render_to_string(template), status=status)
-        if retry_after is not None:
-            response.headers["Retry-After"] = str(retry_after)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
     add_never_cache_headers(response)
     return response

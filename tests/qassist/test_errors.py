@@ -4,6 +4,7 @@ log line for junk anyone can send, and the Content-Security-Policy on every page
 from __future__ import annotations
 
 import io
+import json
 import logging
 import uuid
 from collections.abc import Iterator
@@ -185,3 +186,17 @@ def test_under_https_websockets_are_allowed_over_wss_only(client: Client) -> Non
     policy = response["Content-Security-Policy"]
     assert "connect-src 'self' wss://testserver;" in policy
     assert "ws://" not in policy
+
+
+# --- the OpenAI-compatible API keeps OpenAI's error shape ----------------------------------------
+
+
+def test_a_database_outage_under_the_api_is_an_openai_style_503(rf: Any) -> None:
+    from qassist.middleware import database_unavailable
+
+    response = database_unavailable(rf.get("/v1/models"), OperationalError("gone"))
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    error = json.loads(response.content)["error"]
+    assert error["type"] == "server_error"
+    assert error["code"] == "database_unavailable"
