@@ -4,7 +4,9 @@ and the Content-Security-Policy on every HTML page (chat, login, admin, error pa
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import DisallowedHost
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
@@ -61,7 +63,30 @@ def content_security_policy(request: HttpRequest) -> str:
     )
 
 
-class ContentSecurityPolicyMiddleware(MiddlewareMixin):
-    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+class ContentSecurityPolicyMiddleware:
+    """Adds the policy to every response that has none. Sync and async alike, so an async
+    request (the streaming API, daphne) does not hop to a thread just for a header."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        response = self.get_response(request)
+        return self._apply(request, response)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        response = await self.get_response(request)
+        return self._apply(request, response)
+
+    @staticmethod
+    def _apply(request: HttpRequest, response: HttpResponse) -> HttpResponse:
         response.headers.setdefault("Content-Security-Policy", content_security_policy(request))
         return response

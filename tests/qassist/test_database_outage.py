@@ -143,6 +143,8 @@ def test_with_the_database_gone_pages_and_json_answer_503_and_service_comes_back
         assert page.status_code == 503
         assert "cannot reach its database" in page.text
         assert page.headers["Retry-After"]
+        # Served by daphne: the async middleware chain adds the policy too.
+        assert "script-src 'self'" in page.headers["Content-Security-Policy"]
 
         api = client.get("/sessions/", headers={"Accept": "application/json"})
         assert api.status_code == 503
