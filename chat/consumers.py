@@ -27,6 +27,7 @@ from django.http import Http404
 
 from chat import admission, services
 from chat.admission import Refused, Ticket
+from chat.keepalive import keep_reply_alive
 from chat.models import Message
 from chat.services import ChatError, Turn, TurnPlan
 from inference.service import get_engine_client
@@ -283,7 +284,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             deltas = 0
             last_save = time.monotonic()
             outcome: dict[str, Any] = {"finish_reason": "error", "error": ""}
-            keep_alive = asyncio.create_task(self._keep_alive(reply_id))
+            keep_alive = keep_reply_alive(reply_id)
             try:
                 async for event in get_engine_client().generate(ticket.submission):
                     if isinstance(event, Queued):
@@ -351,16 +352,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             and settings.QASSIST_GENERATE_TITLES
         ):
             self._title_task = asyncio.create_task(self._generate_title(turn))
-
-    async def _keep_alive(self, reply_id: int) -> None:
-        """Touch the reply while this process works on it, so the stale-reply sweep never takes
-        it for one a dead web process left behind (waiting in the queue writes no text)."""
-        while True:
-            await asyncio.sleep(services.REPLY_KEEPALIVE_SECONDS)
-            try:
-                await database_sync_to_async(services.reply_keep_alive)(reply_id=reply_id)
-            except Exception as exc:  # the database may be down for a moment: try again later
-                logger.warning("could not keep reply %s alive: %s", reply_id, exc)
 
     async def _generate_title(self, turn: Turn) -> None:
         """Ask the model for a short title, after the reply and as background work, so it never

@@ -131,3 +131,34 @@ async def _wait_until_touched(reply_id: int) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError("the waiting reply was never touched")
+
+
+async def test_a_rest_reply_waiting_and_streaming_is_kept_alive_too(
+    use_engine: Callable[..., FakeEngine],
+    api_key: Any,
+    tenant: Tenant,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The REST API writes a reply's text only at the end: without the keepalive, a long one
+    would look orphaned to the sweep while it is still being generated."""
+    from tests.chat.test_api import ask, post
+
+    monkeypatch.setattr(services, "REPLY_KEEPALIVE_SECONDS", 0.05)
+    engine = use_engine(FakeRunner(n_seq_max=1, step_delay=0.01, reply_for=lambda _: "z" * 300))
+    response = await post(api_key[1], ask("long", stream=True))
+    assert response.status_code == 200
+    stream = response.streaming_content
+    await anext(stream)  # generation under way
+
+    reply_id = await database_sync_to_async(
+        lambda: Message.objects.get(role=Message.Role.ASSISTANT, status="streaming").id
+    )()
+    long_ago = timezone.now() - timedelta(seconds=services.STALE_STREAM_SECONDS + 30)
+    await database_sync_to_async(Message.objects.filter(id=reply_id).update)(updated_at=long_ago)
+    await _wait_until_touched(reply_id)
+    assert await database_sync_to_async(services.replies_interrupt_stale)() == 0
+
+    rest = b"".join([chunk async for chunk in stream])
+    assert b"[DONE]" in rest
+    assert (await stored(reply_id)).status == Message.Status.COMPLETE
+    assert engine.runner.batches
