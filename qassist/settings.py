@@ -79,7 +79,11 @@ TEMPLATES = [
 
 DATABASE_URL = env_str("DATABASE_URL", "") or f"sqlite:///{VAR_DIR / 'qassist.sqlite3'}"
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # Connections are kept for a minute, and checked before a request reuses one: after the
+    # database restarts, the next request reconnects instead of failing on a dead connection.
+    DATABASES = {
+        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    }
 except ValueError:  # reported by the system check qassist.E005, not a traceback here
     DATABASES = {"default": {"ENGINE": "django.db.backends.dummy"}}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
