@@ -175,9 +175,19 @@ async def test_after_a_redis_restart_in_flight_requests_fail_clearly_and_new_one
 async def test_an_open_chat_socket_survives_a_redis_restart_and_chats_on(
     private_redis: PrivateRedis, member: Any, tenant: Any, settings: Any
 ) -> None:
-    """Through the real ASGI application, channel layer on the restarting Redis too."""
+    """Through the real ASGI application, with the channel layer and the tenant limits on the
+    restarting Redis too: the reply in flight must still end for its client even though its
+    limits cannot be settled."""
     from inference.service import set_engine_client
+    from tenants.limits import Limiter, set_limiter
     from tests.chat.test_consumer import connected_as, joined, of, until_done
+
+    set_limiter(  # put back by the autouse fixture fresh_limits
+        Limiter(
+            redis.Redis.from_url(private_redis.url, socket_timeout=2, socket_connect_timeout=2),
+            prefix="restart-limits",
+        )
+    )
 
     settings.REDIS_URL = private_redis.url
     settings.CHANNEL_LAYERS = {
