@@ -225,6 +225,19 @@ async def chat_once(
     return outcome
 
 
+def run_task(env: dict[str, str], celery_log: Path, timeout: float) -> bool:
+    """Send chat.tasks.interrupt_stale_replies through the broker; True once the Celery
+    worker logs it as succeeded."""
+    script = "from chat.tasks import interrupt_stale_replies as t\nprint(t.delay().id)\n"
+    task_id = manage(env, "shell", "-c", script).strip().splitlines()[-1]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if re.search(rf"{task_id}\] succeeded", celery_log.read_text(errors="replace")):
+            return True
+        time.sleep(0.2)
+    return False
+
+
 def pid_of(log: Path, name: str) -> int | None:
     found = re.findall(rf"\b{name} started \(pid (\d+)\)", log.read_text(errors="replace"))
     return int(found[-1]) if found else None
@@ -429,11 +442,16 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
         str(port),
         "qassist.asgi:application",
     ]
+    celery = [PYTHON, "-m", "celery", "-A", "qassist", "worker", "--loglevel", "INFO"]
+    celery += ["--pool", "solo", "--without-mingle", "--without-gossip"]
+    celery_log = workdir / "celery.log"
     with (
         process([PYTHON, "manage.py", "run_inference_worker"], env, workdir / "worker.log") as w,
         process(daphne, env, workdir / "web.log") as web,
+        process(celery, env, celery_log) as celery_proc,
     ):
         wait_healthy(base)
+        task_before = run_task(env, celery_log, timeout=120)
         killed: list[float] = []
 
         def on_delta() -> None:
@@ -454,7 +472,10 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
                 break
             time.sleep(0.25)
         first_success = attempts[-1].ended - back if attempts[-1].status == "complete" else None
-        still_running = w.poll() is None and web.poll() is None
+        # Celery's worker reconnects to its broker by itself too: a task sent now is run.
+        task_after = run_task(env, celery_log, timeout=120)
+        task_after_seconds = time.monotonic() - back if task_after else None
+        still_running = w.poll() is None and web.poll() is None and celery_proc.poll() is None
         statuses = reply_statuses(env)
     measured = {
         "in_flight": {
@@ -472,7 +493,12 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
         "seconds_redis_back_to_first_completed_reply": (
             round(first_success, 2) if first_success is not None else None
         ),
-        "web_and_worker_never_restarted": still_running,
+        "celery_task_ran_before": task_before,
+        "celery_task_ran_after_redis_came_back": task_after,
+        "seconds_redis_back_to_celery_task_done": (
+            round(task_after_seconds, 2) if task_after_seconds is not None else None
+        ),
+        "web_worker_and_celery_never_restarted": still_running,
         "database_reply_statuses": statuses,
     }
     print(json.dumps(measured, indent=2))
@@ -486,7 +512,10 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
             "/healthz named redis while it was down": down_status == 503
             and "redis" in (down_body.get("down") or []),
             "a new reply completed after Redis came back": first_success is not None,
-            "the same web process and worker, reconnected by themselves": still_running,
+            "the same web process, worker and Celery worker, reconnected by themselves": (
+                still_running
+            ),
+            "Celery ran a task after Redis came back": task_before and task_after,
             "no reply left streaming in the database": statuses.get("streaming", 0) == 0,
         }
     )
