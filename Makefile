@@ -120,8 +120,9 @@ run: install
 	    echo "   processes: web (daphne + engine), celery and beat on a filesystem broker";; \
 	esac; \
 	echo "== qassist on http://$(HOST):$(PORT)/  (health: http://$(HOST):$(PORT)/healthz; Ctrl-C stops all)"; \
+	echo "   a process that dies is restarted (back-off 1 s doubling to 30 s); the others keep serving"; \
 	export PATH="$(abspath $(BIN)):$$PATH"; \
-	exec $(BIN)/honcho --procfile $$procfile --app-root . start --port $(PORT)
+	exec $(BIN)/python -m qassist.supervise $$procfile
 
 bench: install
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

@@ -188,7 +188,12 @@ async def held(ticket: Ticket) -> AsyncIterator[Usage]:
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renewer
-        await asyncio.shield(database_sync_to_async(settle)(ticket=ticket, usage=usage))
+        try:
+            await asyncio.shield(database_sync_to_async(settle)(ticket=ticket, usage=usage))
+        except Exception as exc:
+            # Redis away (restarting): the reply must still end for its client. The stream
+            # slots lapse with their lease; the reservation stays at its worst case.
+            logger.warning("could not settle %s: %s", ticket.plan.request_id, exc)
 
 
 async def _renew(ticket: Ticket) -> None:

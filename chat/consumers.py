@@ -27,6 +27,7 @@ from django.http import Http404
 
 from chat import admission, services
 from chat.admission import Refused, Ticket
+from chat.keepalive import keep_reply_alive
 from chat.models import Message
 from chat.services import ChatError, Turn, TurnPlan
 from inference.service import get_engine_client
@@ -49,6 +50,11 @@ _sockets_per_user: collections.Counter[int] = collections.Counter()
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
+    # Nothing reaches a chat socket through the channel layer (replies come from the engine
+    # client), so it joins none: an alias that names no layer. Otherwise every open socket
+    # would sit in the layer's Redis receive loop, and a Redis restart would crash them all.
+    channel_layer_alias = "none"
+
     tenant: Tenant
     user: User
     _task: asyncio.Task[None] | None = None
@@ -278,6 +284,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             deltas = 0
             last_save = time.monotonic()
             outcome: dict[str, Any] = {"finish_reason": "error", "error": ""}
+            keep_alive = keep_reply_alive(reply_id)
             try:
                 async for event in get_engine_client().generate(ticket.submission):
                     if isinstance(event, Queued):
@@ -320,6 +327,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 }
                 await self._error("internal", outcome["error"], reply_id)
             finally:
+                keep_alive.cancel()
                 self._request_id = None
                 if usage.completion_tokens is None:
                     # No end report from the engine (a failure, or a worker that died): charge

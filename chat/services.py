@@ -199,7 +199,12 @@ def _touch(session: ChatSession) -> None:
     session.save(update_fields=["updated_at"])
 
 
-STALE_STREAM_SECONDS = 120  # a "streaming" reply not written to for this long was orphaned
+# A live reply is written to at least every REPLY_KEEPALIVE_SECONDS by the web process that
+# streams it (text every 0.5 s while tokens arrive, a touch while it waits in the queue), so one
+# not written to for STALE_STREAM_SECONDS was left behind by a web process that died. The beat
+# sweep runs every 30 s: such a reply is marked interrupted, its text kept, within 90 s.
+REPLY_KEEPALIVE_SECONDS = 15
+STALE_STREAM_SECONDS = 60
 
 
 def _no_reply_in_progress(session: ChatSession) -> None:
@@ -340,6 +345,13 @@ def message_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> 
 def message_edit_last(*, user: User, tenant: Tenant, session_id: uuid.UUID, content: Any) -> Turn:
     plan = turn_prepare_edit(user=user, tenant=tenant, session_id=session_id, content=content)
     return turn_start(plan=plan)
+
+
+def reply_keep_alive(*, reply_id: int) -> None:
+    """Mark a reply still being worked on (waiting in the queue writes no text)."""
+    Message.objects.filter(id=reply_id, status=Message.Status.STREAMING).update(
+        updated_at=timezone.now()
+    )
 
 
 def reply_save_progress(*, reply_id: int, content: str) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -24,6 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from chat import services
 from chat.models import ChatSession, Message
 from chat.services import ChatError
+from qassist.errors import json_error
 from tenants.models import Membership
 from tenants.services import membership_for, tenants_for_user
 
@@ -45,43 +47,37 @@ class BadRequest(Exception):
 # --- decorators ------------------------------------------------------------------------------
 
 
-def content_security_policy(view: View) -> View:
-    """No inline script, no foreign origin: model output that slipped past the sanitiser
-    still could not run or load anything (an <img> to a tracker included)."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        host = request.get_host()
-        response.headers.setdefault(
-            "Content-Security-Policy",
-            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-            f"font-src 'self'; connect-src 'self' ws://{host} wss://{host}; object-src 'none'; "
-            "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-        )
-        return response
-
-    return wrapped
-
-
 def json_endpoint(view: View) -> View:
-    """401 JSON for anonymous callers (the page's fetch would not follow a login redirect
-    usefully), and BadRequest / ChatError turned into a 400 JSON error."""
+    """Every answer in JSON: 401 for anonymous callers (the page's fetch would not follow a
+    login redirect usefully), BadRequest / ChatError as a 400, a missing or someone else's
+    session as a 404, and the plain answers of the method decorators (405) as JSON too."""
 
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
             return _json_error("login_required", "Log in again.", status=401)
         try:
-            return view(request, *args, **kwargs)
+            response = view(request, *args, **kwargs)
         except (BadRequest, ChatError) as exc:
             return _json_error(exc.code, exc.message)
+        except Http404:
+            return _json_error("not_found", "No such conversation.", status=404)
+        except PermissionDenied:
+            return _json_error("forbidden", "You may not do that.", status=403)
+        if isinstance(response, HttpResponseNotAllowed):
+            allowed = response.headers["Allow"]
+            json_response = _json_error(
+                "method_not_allowed", f"Use {allowed} for this address.", status=405
+            )
+            json_response.headers["Allow"] = allowed
+            return json_response
+        return response
 
     return wrapped
 
 
 def _json_error(code: str, message: str, status: int = 400) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    return json_error(code, message, status)
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -145,7 +141,6 @@ def _visible_messages(session: ChatSession) -> list[dict[str, Any]]:
 
 @login_required
 @require_GET
-@content_security_policy
 def index(request: HttpRequest) -> HttpResponse:
     """A new, empty chat; the first message creates the session (over the websocket)."""
     return _chat_page(request, None)
@@ -153,7 +148,6 @@ def index(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_GET
-@content_security_policy
 def conversation(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
     session = _own_session(request, session_id)
     membership = _current_membership(request)
@@ -203,7 +197,6 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
 
 @json_endpoint
 @require_GET
-@content_security_policy
 def session_list(request: HttpRequest) -> HttpResponse:
     """The sidebar: the user's sessions in the current tenant, newest first; `q` searches
     titles and message text."""
@@ -221,7 +214,6 @@ def session_list(request: HttpRequest) -> HttpResponse:
 
 @json_endpoint
 @require_GET
-@content_security_policy
 def session_messages(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
     """The stored messages: what the page redraws after a reconnect (an interrupted reply shows
     the part already generated)."""

@@ -15,12 +15,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, cast
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -35,11 +37,16 @@ from inference.types import (
     event_from_dict,
     event_to_dict,
 )
-from inference.worker import Submission
+from inference.worker import Submission, TransportUnavailable
 
 logger = logging.getLogger(__name__)
 
 EVENT_TTL = 600  # seconds a request's events and body are kept
+# What redis-py raises while Redis is down or restarting (both sides retry by themselves).
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+REDIS_DOWN_MESSAGE = (
+    "The connection to the inference workers (Redis) was lost; try again in a few seconds."
+)
 _SCORE_PRIORITY = 10**13  # arrival in ms stays below this for centuries
 
 _ENQUEUE = """
@@ -74,8 +81,23 @@ def queue_score(priority: int, submitted_at: float) -> int:
     return -priority * _SCORE_PRIORITY + int(submitted_at * 1000)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _unavailable_when_redis_is_down(method: F) -> F:
+    @functools.wraps(method)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except REDIS_DOWN as exc:
+            raise TransportUnavailable(f"Redis unreachable: {exc}") from exc
+
+    return cast(F, wrapped)
+
+
 class RedisWorkerTransport:
-    """The worker's side: sync redis-py, called from the engine loop."""
+    """The worker's side: sync redis-py, called from the engine loop. Redis unreachable is
+    reported as TransportUnavailable; the next call reconnects (the cancel subscription too)."""
 
     shared_queue = True
 
@@ -87,6 +109,7 @@ class RedisWorkerTransport:
         self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         self._pubsub.subscribe(self.keys.cancel)
 
+    @_unavailable_when_redis_is_down
     def fetch(self, limit: int, timeout: float) -> Sequence[Submission]:
         popped: list[tuple[bytes, float]] = []
         if timeout > 0:
@@ -117,6 +140,7 @@ class RedisWorkerTransport:
                 )
         return subs
 
+    @_unavailable_when_redis_is_down
     def cancellations(self) -> Sequence[str]:
         ids: list[str] = []
         while True:
@@ -125,6 +149,7 @@ class RedisWorkerTransport:
                 return ids
             ids.append(message["data"].decode())
 
+    @_unavailable_when_redis_is_down
     def publish(self, events: Sequence[Event]) -> None:
         if not events:
             return
@@ -135,6 +160,7 @@ class RedisWorkerTransport:
             pipe.expire(key, EVENT_TTL)
         pipe.execute()
 
+    @_unavailable_when_redis_is_down
     def heartbeat(self, stats: dict[str, Any]) -> None:
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(self.keys.workers, {self.worker_id: time.time()})
@@ -188,16 +214,25 @@ class RedisEngineClient:
         return [m.decode() for m in members]
 
     async def generate(self, sub: Submission) -> AsyncIterator[Event]:
-        """Events of one request until it is done or failed; closing early cancels it."""
+        """Events of one request until it is done or failed; closing early cancels it.
+
+        Redis unreachable (restarting, say) ends the request with `worker_down` and a clear
+        message rather than an exception; redis-py reconnects by itself on the next request."""
         finished = False
         try:
-            async for event in self._generate(sub):
-                if isinstance(event, Done | Failed):
-                    finished = True
-                yield event
+            try:
+                async for event in self._generate(sub):
+                    if isinstance(event, Done | Failed):
+                        finished = True
+                    yield event
+            except REDIS_DOWN as exc:
+                finished = True
+                logger.warning("request %s: Redis unreachable: %s", sub.request_id, exc)
+                yield Failed(sub.request_id, ErrorCode.WORKER_DOWN.value, REDIS_DOWN_MESSAGE)
         finally:
             if not finished:
-                await asyncio.shield(self.cancel(sub.request_id))
+                with contextlib.suppress(*REDIS_DOWN):
+                    await asyncio.shield(self.cancel(sub.request_id))
 
     async def _generate(self, sub: Submission) -> AsyncIterator[Event]:
         rid = sub.request_id

@@ -19,6 +19,8 @@ from inference.types import ChatMessage, ErrorCode, Event, SamplingParams
 
 logger = logging.getLogger(__name__)
 
+MAX_RECONNECT_WAIT = 2.0  # seconds between attempts while the transport is unreachable
+
 
 @dataclass(frozen=True)
 class Submission:
@@ -61,6 +63,11 @@ class Submission:
         )
 
 
+class TransportUnavailable(Exception):
+    """The transport cannot reach the web processes now (Redis restarting): events cannot be
+    delivered. The worker ends what it runs and tries again; the transport reconnects."""
+
+
 class WorkerTransport(Protocol):
     # True when requests wait in a queue shared by several workers: take only what can start.
     shared_queue: bool
@@ -88,8 +95,10 @@ class EngineWorker:
         self.stop_event = threading.Event()
         self._last_heartbeat = 0.0
         self.started_at = time.time()
+        self.last_progress = time.monotonic()  # when the loop last began an iteration
 
     def run_once(self) -> None:
+        self.last_progress = time.monotonic()
         self.apply_cancellations()
         if not self.draining:
             self.admit()
@@ -147,13 +156,53 @@ class EngineWorker:
             "started_at": self.started_at,
         }
 
+    def heartbeat_forever(self, stall_seconds: float = 60.0) -> None:
+        """Beat from a thread of its own (run_inference_worker starts one), so that one long
+        engine step on a busy machine (llama.cpp releases the GIL while it decodes) is not
+        taken for a dead worker and its replies cut. A loop stuck for `stall_seconds` stops
+        the beats: then it is dead for every purpose, and web processes say so."""
+        while not self.stop_event.wait(self.heartbeat_interval):
+            if time.monotonic() - self.last_progress > stall_seconds:
+                continue
+            try:
+                self.maybe_heartbeat(force=True)
+            except TransportUnavailable:
+                pass  # the loop notices too, ends what it runs and reconnects
+            except Exception:
+                logger.exception("heartbeat failed")
+
     def run_forever(self) -> None:
+        outage_since: float | None = None
+        retry = 0.1
         while not self.stop_event.is_set():
             try:
                 self.run_once()
+            except TransportUnavailable as exc:
+                if outage_since is None:
+                    outage_since = time.monotonic()
+                    self._end_undeliverable(exc)
+                self.stop_event.wait(retry)
+                retry = min(retry * 2, MAX_RECONNECT_WAIT)
+                continue
             except Exception:  # one bad iteration must not kill every user's stream
                 logger.exception("inference worker iteration failed")
                 time.sleep(0.1)
+            if outage_since is not None:
+                logger.warning(
+                    "transport reachable again after %.1f s", time.monotonic() - outage_since
+                )
+                outage_since, retry = None, 0.1
+
+    def _end_undeliverable(self, exc: TransportUnavailable) -> None:
+        """The transport went away: no event of a running request can reach its client, whose
+        side has failed it already, nor can its cancel reach us. End them all now rather than
+        generate to max_tokens for nobody."""
+        ended = self.engine.fail_all(ErrorCode.WORKER_DOWN, "The transport was lost.")
+        logger.warning(
+            "%s: ended %d request(s) that can no longer be delivered; reconnecting",
+            exc,
+            len(ended),
+        )
 
     def drain(self, timeout: float) -> None:
         """Stop taking requests, let running ones finish, then end the rest with an error."""

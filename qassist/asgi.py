@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP to Django, websockets to the chat consumer (logged in, same origin).
+"""ASGI entry point: HTTP to Django, websockets to the chat consumer (logged in, same origin:
+scheme, host and port).
 
 Static files (the chat page's CSS and JS) are served by WhiteNoise's middleware, so a bare
 `daphne qassist.asgi:application` is a complete server.
@@ -13,9 +14,9 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from qassist.websocket import SameOriginValidator  # noqa: E402
 
 if os.environ.get("QASSIST_PRELOAD_ENGINE", "1") != "0":
     from inference.service import engine_mode, get_engine_client
@@ -27,8 +28,7 @@ if os.environ.get("QASSIST_PRELOAD_ENGINE", "1") != "0":
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # Same scheme, host and port as the page (qassist/websocket.py).
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

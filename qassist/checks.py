@@ -5,6 +5,7 @@ qassist.E002 an engine size or sampling setting is malformed or inconsistent
 qassist.E003 QASSIST_ENGINE or REDIS_URL is unusable
 qassist.E004 QASSIST_MODEL names no known model and no .gguf file
 qassist.E005 DATABASE_URL cannot be parsed
+qassist.E006 a login lockout setting is malformed
 qassist.W001 the configured model is not on disk yet
 """
 
@@ -256,3 +257,40 @@ def _without_password(url: str) -> str:
     except ValueError:
         pass
     return url
+
+
+LOCKOUT_PARAMETERS = ("username", "ip_address", "user_agent")
+
+
+@register("qassist")
+def check_login_lockout(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    limit = settings.AXES_FAILURE_LIMIT
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        errors.append(
+            Error(
+                f"QASSIST_LOGIN_FAILURE_LIMIT={_shown('QASSIST_LOGIN_FAILURE_LIMIT', limit)} "
+                "is not a positive integer.",
+                id="qassist.E006",
+            )
+        )
+    cooloff = settings.AXES_COOLOFF_TIME
+    if cooloff is None or cooloff.total_seconds() <= 0:
+        raw = os.environ.get("QASSIST_LOGIN_LOCKOUT_MINUTES", "")
+        errors.append(
+            Error(
+                f"QASSIST_LOGIN_LOCKOUT_MINUTES={raw!r} is not a positive number of minutes.",
+                id="qassist.E006",
+            )
+        )
+    by = [p for p in settings.AXES_LOCKOUT_PARAMETERS if isinstance(p, str)]
+    unknown = [p for p in by if p not in LOCKOUT_PARAMETERS]
+    if unknown or not by:
+        errors.append(
+            Error(
+                f"QASSIST_LOGIN_LOCKOUT_BY={','.join(by)!r}: lock out by one or more of "
+                f"{', '.join(LOCKOUT_PARAMETERS)}.",
+                id="qassist.E006",
+            )
+        )
+    return errors

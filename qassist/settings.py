@@ -8,6 +8,7 @@ REDIS_URL and run `manage.py run_inference_worker` on each machine.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -40,17 +41,21 @@ INSTALLED_APPS = [
     "tenants",
     "chat",
     "inference",
+    "axes",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "qassist.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "qassist.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: answers a locked-out login with a 429 page
 ]
 
 ROOT_URLCONF = "qassist.urls"
@@ -74,7 +79,11 @@ TEMPLATES = [
 
 DATABASE_URL = env_str("DATABASE_URL", "") or f"sqlite:///{VAR_DIR / 'qassist.sqlite3'}"
 try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # Connections are kept for a minute, and checked before a request reuses one: after the
+    # database restarts, the next request reconnects instead of failing on a dead connection.
+    DATABASES = {
+        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    }
 except ValueError:  # reported by the system check qassist.E005, not a traceback here
     DATABASES = {"default": {"ENGINE": "django.db.backends.dummy"}}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -92,6 +101,26 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# --- Login lockout (django-axes): /accounts/login/ and the admin's login -----------------------
+# After QASSIST_LOGIN_FAILURE_LIMIT failed logins for one username, or from one IP address,
+# further attempts are refused (429) for QASSIST_LOGIN_LOCKOUT_MINUTES after the last one.
+# Failures are stored in the database (works without Redis) and logged. Behind a proxy, run
+# daphne with --proxy-headers so REMOTE_ADDR is the client's address, not the proxy's.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("QASSIST_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("QASSIST_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS: list[str | list[str]] = list(
+    env_list("QASSIST_LOGIN_LOCKOUT_BY", "username,ip_address")
+)
+AXES_RESET_ON_SUCCESS = True  # a successful login clears that user's failures
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]  # never trust a client's X-Forwarded-For
+AXES_VERBOSE = True
+AXES_SENSITIVE_PARAMETERS: list[str] = []  # log who and from where; passwords stay masked
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "chat:index"
 LOGOUT_REDIRECT_URL = "login"
@@ -134,7 +163,7 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    "interrupt-stale-replies": {"task": "chat.tasks.interrupt_stale_replies", "schedule": 60.0},
+    "interrupt-stale-replies": {"task": "chat.tasks.interrupt_stale_replies", "schedule": 30.0},
 }
 
 # --- The model and the inference engine ------------------------------------------------------
@@ -173,12 +202,43 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"one_line": {"()": "qassist.logging.OneLineWarning"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        # Bad Host headers, too many form fields...: anyone can send them; one line each.
+        "security": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["one_line"],
+        },
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "django.security": {"handlers": ["security"], "level": "WARNING", "propagate": False},
+    },
 }
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
+CSRF_FAILURE_VIEW = "qassist.views.csrf_failure"
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# --- Production: one switch for a site served over HTTPS (docs/deploy.md) --------------------
+# QASSIST_HTTPS=1 when users reach qassist over HTTPS, through a TLS-terminating proxy that
+# sets X-Forwarded-Proto (and overwrites one sent by the client). Then cookies are secure,
+# plain-HTTP requests are redirected (except /healthz, for load balancers), HSTS is sent, and
+# the CSP allows websockets over wss: only.
+QASSIST_HTTPS = env_bool("QASSIST_HTTPS", False)
+if QASSIST_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    _proxy_header = env_str("QASSIST_PROXY_SSL_HEADER", "X-Forwarded-Proto")
+    if _proxy_header:
+        SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https")

@@ -3,11 +3,16 @@
 200 when the database, Redis (when configured) and an inference worker answer; 503 otherwise,
 with `down` naming the parts that did not. Each probe has a timeout and turns any failure into
 a JSON field, so the endpoint neither hangs nor shows a traceback.
+
+Anyone may ask, so an anonymous caller hears only the status and which part is down. The
+details (error text, hosts, the model, each worker's counters) go to staff, and to callers on
+this machine that did not come through a proxy (a local load balancer, `curl` on the host).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Awaitable
 from typing import Any, cast
 
@@ -15,11 +20,13 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from inference.service import get_engine_client
+from qassist.errors import error_response
+from qassist.middleware import DATABASE_ERRORS, database_unavailable
 
 DATABASE_TIMEOUT = 2.0
 REDIS_TIMEOUT = 1.0
@@ -36,13 +43,33 @@ async def healthz(request: HttpRequest) -> JsonResponse:
     )
     parts = {"database": database, "redis": redis_part, "engine": engine}
     down = [name for name, part in parts.items() if part.get("ok") is False]
-    body = {
-        "status": "degraded" if down else "ok",
-        "down": down,
-        **parts,
-        "model": settings.QASSIST_MODEL,
-    }
+    body: dict[str, Any] = {"status": "degraded" if down else "ok", "down": down}
+    if await _may_see_details(request):
+        body.update(parts, model=settings.QASSIST_MODEL)
+    else:
+        body.update({name: _public(part) for name, part in parts.items()})
     return JsonResponse(body, status=503 if down else 200)
+
+
+LOCAL_ADDRESSES = frozenset({"127.0.0.1", "::1"})
+PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
+
+
+async def _may_see_details(request: HttpRequest) -> bool:
+    local = request.META.get("REMOTE_ADDR") in LOCAL_ADDRESSES and not any(
+        header in request.headers for header in PROXY_HEADERS
+    )
+    if local:
+        return True
+    try:
+        user = await request.auser()
+    except Exception:  # the database (sessions, users) may be the part that is down
+        return False
+    return bool(user.is_active and user.is_staff)
+
+
+def _public(part: Part) -> Part:
+    return {key: part[key] for key in ("ok", "mode") if key in part}
 
 
 def _failure(exc: BaseException, timeout: float) -> Part:
@@ -92,3 +119,57 @@ async def _engine() -> Part:
     if not isinstance(health, dict):
         return {"ok": False, "error": f"unexpected health report: {health!r}"}
     return {**health, "ok": bool(health.get("ok"))}
+
+
+# --- error handlers (qassist/urls.py): JSON for JSON callers, a page for people ---------------
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return error_response(
+        request,
+        status=400,
+        code="bad_request",
+        message="The request was malformed.",
+        template="400.html",
+    )
+
+
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return error_response(
+        request,
+        status=403,
+        code="forbidden",
+        message="You may not do that.",
+        template="403.html",
+    )
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    return error_response(
+        request, status=404, code="not_found", message="Not found.", template="404.html"
+    )
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    # Called while the exception is being handled: a database outage raised outside a view
+    # (in a middleware) is still a 503, not a 500.
+    exc = sys.exc_info()[1]
+    if isinstance(exc, DATABASE_ERRORS):
+        return database_unavailable(request, exc)
+    return error_response(
+        request,
+        status=500,
+        code="internal",
+        message="The server could not complete this request.",
+        template="500.html",
+    )
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    return error_response(
+        request,
+        status=403,
+        code="csrf_failed",
+        message="The form expired or came from another site; reload the page and try again.",
+        template="403.html",
+    )

@@ -1,14 +1,16 @@
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import Any, Literal
 
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.cache import add_never_cache_headers
 
 from tenants.models import ApiKey, Membership, Tenant, UsageRecord
 from tenants.services import (
@@ -133,6 +135,9 @@ class ApiKeyStatusFilter(admin.SimpleListFilter):
 class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
     """Keys are made by api_key_create: the add form asks only what a person decides."""
 
+    # The raw key of a key made during a request, until response_add shows it (then dropped).
+    _new_keys: weakref.WeakKeyDictionary[HttpRequest, str] = weakref.WeakKeyDictionary()
+
     list_display = [
         "prefix",
         "name",
@@ -192,19 +197,30 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
             created_by=request.user if request.user.is_authenticated else None,
             expires_at=obj.expires_at,
         )
-        # The admin goes on with `obj` (log entry, redirect): make it the saved key.
+        # The admin goes on with `obj` (log entry, then response_add): make it the saved key.
         obj.pk = api_key.pk
         obj.refresh_from_db()
         obj._state.adding = False
-        messages.success(
-            request,
-            format_html(
-                "New API key for {}: <code>{}</code><br>Copy it now: it is shown only this "
-                "once, qassist keeps only a digest and cannot show it again.",
-                api_key.tenant,
-                raw_key,
-            ),
-        )
+        # Shown by response_add in the answer to this very POST: never put in a message, whose
+        # default storage is a cookie, nor in the session, nor anywhere else.
+        self._new_keys[request] = raw_key
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        raw_key = self._new_keys.pop(request, None)
+        if raw_key is None:  # not made by save_model (cannot happen through the admin form)
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "api_key": obj,
+            "raw_key": raw_key,
+            "title": "New API key",
+        }
+        response = TemplateResponse(request, "admin/tenants/apikey/created.html", context)
+        add_never_cache_headers(response)  # includes no-store: no cache keeps the key either
+        return response
 
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 from chat import admission, services
 from chat.admission import Refused, Ticket
 from chat.api import schemas
+from chat.keepalive import keep_reply_alive
 from chat.services import ChatError, Turn
 from inference.service import get_engine_client
 from inference.types import ChatMessage, Delta, Done, Event, Failed, SamplingParams
@@ -398,6 +399,8 @@ async def _run(turn: Turn, ticket: Ticket) -> AsyncGenerator[Event, None]:
     parts: list[str] = []
     outcome: dict[str, Any] = {"finish_reason": "cancelled", "error": ""}
     async with admission.held(ticket) as usage:
+        # The reply's text is written only at the end: say meanwhile that it is alive.
+        keep_alive = keep_reply_alive(reply_id)
         try:
             if ticket.cached is not None:
                 answer = ticket.cached.answer
@@ -434,6 +437,7 @@ async def _run(turn: Turn, ticket: Ticket) -> AsyncGenerator[Event, None]:
                         continue  # a queue position: REST has nothing to say about it
                     yield event
         finally:
+            keep_alive.cancel()
             if usage.completion_tokens is None:
                 usage.prompt_tokens = ticket.prompt_tokens if parts else 0
                 usage.completion_tokens = len(parts)

@@ -2,7 +2,9 @@
  * block. Everything the model writes is untrusted: raw HTML in a reply is shown as text,
  * the sanitiser removes anything that could run (event handlers, javascript: links, <script>),
  * links open in a new tab without access to this page, and images are shown as links (the
- * page's Content-Security-Policy would block a foreign image anyway).
+ * page's Content-Security-Policy would block a foreign image anyway). No class or data-*
+ * attribute from the model survives, except a code block's language class, so a reply cannot
+ * imitate the page's own elements.
  */
 (function () {
   "use strict";
@@ -36,9 +38,22 @@
     FORBID_ATTR: ["style", "srcset", "action", "formaction", "xlink:href"],
     ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#)/i,
     SANITIZE_NAMED_PROPS: true,
+    ALLOW_DATA_ATTR: false, // no data-* from the model: the page's script reads some
   };
 
+  // The only classes the model's HTML may carry: a code block's language (marked writes
+  // `language-x` on <code>), which picks the highlighting. Any other class (the page's own
+  // message, button or banner styles) would let a reply dress up as part of the UI.
+  const CODE_LANGUAGE = /^language-[\w+#.-]+$/;
+
   window.DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+    if (node.hasAttribute && node.hasAttribute("class")) {
+      const keep = node.nodeName === "CODE"
+        ? node.getAttribute("class").split(/\s+/).filter((c) => CODE_LANGUAGE.test(c))
+        : [];
+      if (keep.length) node.setAttribute("class", keep.join(" "));
+      else node.removeAttribute("class");
+    }
     if (node.nodeName === "A" && node.hasAttribute("href")) {
       node.setAttribute("target", "_blank");
       node.setAttribute("rel", "noopener noreferrer");
@@ -126,12 +141,16 @@
     }
   }
 
+  /** HTML made from the model's text, made safe to insert into the page. */
+  function sanitize(html) {
+    return window.DOMPurify.sanitize(html, PURIFY);
+  }
+
   /** Render `text` (markdown from the model) into `element`; `final` once it stops changing. */
   function render(element, text, final) {
-    const html = window.marked.parse(text || "", { async: false });
-    element.innerHTML = window.DOMPurify.sanitize(html, PURIFY);
+    element.innerHTML = sanitize(window.marked.parse(text || "", { async: false }));
     decorateCode(element, final);
   }
 
-  window.QassistMarkdown = { render, copyText, flashCopied, COPY_ICON, CHECK_ICON };
+  window.QassistMarkdown = { render, sanitize, copyText, flashCopied, COPY_ICON, CHECK_ICON };
 })();

@@ -71,6 +71,8 @@ def main() -> None:
     Membership.objects.create(user=alice, tenant=acme)
     Membership.objects.create(user=alice, tenant=beta)
     Membership.objects.create(user=bob, tenant=acme)
+    # Staff, for the admin pages (tests/browser/test_content_security_policy.py).
+    User.objects.create_superuser("root", "root@example.com", password)
 
     xss = ChatSession.objects.create(tenant=acme, user=alice, title="Payload check")
     Message.objects.create(session=xss, role="user", content=XSS_QUESTION)

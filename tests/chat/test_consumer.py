@@ -37,7 +37,7 @@ def _session_cookie(user: User) -> str:
 async def open_socket(
     user: User | None, origin: tuple[bytes, bytes] = ORIGIN
 ) -> tuple[WebsocketCommunicator, bool, Any]:
-    headers = [origin]
+    headers = [(b"host", b"localhost"), origin]
     if user is not None:
         cookie = await database_sync_to_async(_session_cookie)(user)
         headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -235,3 +236,25 @@ def test_the_checks_are_registered() -> None:
         checks.check_database_url,
     ):
         assert check in registered
+
+
+def test_the_default_login_lockout_settings_pass() -> None:
+    assert checks.check_login_lockout() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("AXES_FAILURE_LIMIT", 0),
+        ("AXES_FAILURE_LIMIT", -1),  # what env_int keeps for an unparseable value
+        ("AXES_COOLOFF_TIME", timedelta(minutes=-1)),
+        ("AXES_LOCKOUT_PARAMETERS", ["usernme"]),
+        ("AXES_LOCKOUT_PARAMETERS", []),
+    ],
+)
+def test_a_malformed_login_lockout_setting_is_named(
+    settings: Settings, name: str, value: object
+) -> None:
+    setattr(settings, name, value)
+    [error] = checks.check_login_lockout()
+    assert error.id == "qassist.E006"

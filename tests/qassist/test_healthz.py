@@ -150,3 +150,50 @@ def test_it_answers_200_with_a_real_redis(
     response = client.get("/healthz")
     assert response.status_code == 200, response.json()
     assert response.json()["redis"] == {"ok": True}
+
+
+# --- who sees the details ----------------------------------------------------------------------
+
+
+REMOTE: Any = {"REMOTE_ADDR": "203.0.113.9"}
+
+
+def test_an_anonymous_remote_caller_hears_only_the_status_and_what_is_down(
+    client: Client, engine: FakeEngineClient, embedded: None
+) -> None:
+    engine.report = {"mode": "redis", "ok": False, "workers": [{"id": "w1"}], "queued": 3}
+    response = client.get("/healthz", **REMOTE)
+    assert response.status_code == 503
+    assert response.json() == {
+        "status": "degraded",
+        "down": ["engine"],
+        "database": {"ok": True},
+        "redis": {"mode": "embedded"},
+        "engine": {"mode": "redis", "ok": False},
+    }
+
+
+def test_a_request_that_came_through_a_proxy_is_not_local(
+    client: Client, engine: FakeEngineClient, embedded: None
+) -> None:
+    response = client.get("/healthz", headers={"X-Forwarded-For": "203.0.113.9"})
+    assert "model" not in response.json()
+    assert response.json()["engine"] == {"mode": "fake", "ok": True}
+
+
+def test_staff_see_the_details_from_anywhere(
+    client: Client, engine: FakeEngineClient, embedded: None, admin_user: Any
+) -> None:
+    client.force_login(admin_user)
+    body = client.get("/healthz", **REMOTE).json()
+    assert body["model"]
+    assert body["database"]["vendor"]
+
+
+def test_a_logged_in_non_staff_user_does_not(
+    client: Client, engine: FakeEngineClient, embedded: None, member: Any
+) -> None:
+    client.force_login(member)
+    body = client.get("/healthz", **REMOTE).json()
+    assert "model" not in body
+    assert body["database"] == {"ok": True}

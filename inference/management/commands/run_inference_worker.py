@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from types import FrameType
 from typing import Any
 
@@ -55,6 +56,8 @@ class Command(BaseCommand):
             f"{engine.runner.n_ctx} KV cells, up to {engine.runner.max_seq_tokens} tokens each"
         )
         worker.maybe_heartbeat(force=True)
+        heartbeat = threading.Thread(target=worker.heartbeat_forever, name="heartbeat", daemon=True)
+        heartbeat.start()
         try:
             worker.run_forever()
             worker.drain(options["drain_timeout"])
