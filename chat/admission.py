@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 
+import redis
 from channels.db import database_sync_to_async
 from django.conf import settings
 
@@ -47,7 +48,8 @@ logger = logging.getLogger(__name__)
 class Refused(Exception):
     """A request admission turned away, with what the client needs to act on it.
 
-    `code`: rate_limited, quota_exceeded, prompt_too_long, tenant_inactive.
+    `code`: rate_limited, quota_exceeded, prompt_too_long, tenant_inactive, forbidden,
+    unavailable (the limit counters are out of reach), worker_down (no model on this server).
     `reason`: the limit's name for rate_limited and quota_exceeded."""
 
     def __init__(
@@ -113,7 +115,13 @@ def admit(
         raise Refused("forbidden", "You are not a member of this tenant any more.")
     principal = replace(principal, tenant=tenant)
     check_conversation_size(conversation)
-    counter = get_prompt_counter()
+    try:
+        counter = get_prompt_counter()
+    except FileNotFoundError as exc:
+        logger.warning("admission cannot count tokens: %s", exc)
+        raise Refused(
+            "worker_down", "The model is not installed on this server.", retry_after=60
+        ) from None
     prompt_tokens = counter.count(conversation)
     room = counter.max_seq_tokens - prompt_tokens
     if room <= 0:
@@ -134,7 +142,14 @@ def admit(
         streams=not background,
         rate=not background,
     )
-    refusal = limits_reserve(plan=plan)
+    try:
+        refusal = limits_reserve(plan=plan)
+    except redis.RedisError as exc:
+        # The counters are out of reach (Redis restarting): refuse rather than serve unmetered.
+        logger.warning("admission cannot reach the limit counters: %s", exc)
+        raise Refused(
+            "unavailable", "The service is briefly unavailable; try again.", retry_after=5
+        ) from None
     if refusal is not None:
         usage_record_refusal(principal=principal, reason=refusal.reason)
         raise Refused(

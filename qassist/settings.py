@@ -94,6 +94,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Under ASGI every sync call may run on a thread of its own, and a connection kept per
+    # thread would pile up (Django's advice: no persistent connections, or a pool). A pool of
+    # psycopg connections, checked before reuse (CONN_HEALTH_CHECKS), is shared by the
+    # process's threads instead.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": env_int("QASSIST_DB_POOL_SIZE", 10),
+        "timeout": 10,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 WINDOW_MS = 60_000
 DAY_KEY_TTL = 3 * 86_400
@@ -360,7 +362,13 @@ def _make_limiter() -> Limiter:
     client: Any
     if settings.REDIS_URL:
         client = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2, health_check_interval=30
+            settings.REDIS_URL,
+            socket_timeout=2,
+            socket_connect_timeout=2,
+            health_check_interval=30,
+            # A request waits for its admission: retry a blip briefly, then give up (about a
+            # second), rather than redis-py's default of several seconds of back-off.
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
         )
     else:
         import fakeredis

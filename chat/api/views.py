@@ -111,6 +111,10 @@ def _refused(exc: Refused) -> ApiError:
             code="rate_limit_exceeded",
             retry_after=exc.retry_after,
         )
+    if exc.code in ("unavailable", "worker_down"):
+        return ApiError(
+            503, exc.message, type="server_error", code=exc.code, retry_after=exc.retry_after
+        )
     return ApiError(401, exc.message, code="invalid_api_key")
 
 
@@ -260,7 +264,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = _sse_stream(completion_id, first, run, include_usage)
-        response = StreamingHttpResponse(stream, content_type="text/event-stream")
+        response = EventStreamResponse(stream)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # proxies must not hold the stream back
         return response
@@ -328,6 +332,25 @@ async def not_found(request: HttpRequest, rest: str = "") -> HttpResponseBase:
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+class EventStreamResponse(StreamingHttpResponse):
+    """Server-sent events whose generator is closed as soon as the server stops reading.
+
+    Django's handler closes the iterator it reads (`aclosing(aiter(response))`), but the
+    stock response reads ours through a wrapper that does not close it in turn: a client gone
+    while the stream waited at a `yield` would leave the generation running until garbage
+    collection. Here closing the response's iterator closes ours, which cancels the generation
+    and settles the request at once."""
+
+    def __init__(self, events: AsyncGenerator[bytes, None]) -> None:
+        super().__init__(events, content_type="text/event-stream")
+        self._events = events
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async with contextlib.aclosing(self._events):
+            async for part in self._events:
+                yield part
 
 
 def _parse(request: HttpRequest) -> schemas.ChatCompletionRequest:
@@ -492,7 +515,7 @@ async def _whole(
 
 async def _sse_stream(
     completion_id: str, first: Event, run: AsyncGenerator[Event, None], include_usage: bool
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     created = int(time.time())
 
     def chunk(delta: schemas.ChunkDelta, finish: schemas.FinishReason | None = None) -> bytes:

@@ -14,6 +14,8 @@ import pytest
 import redis
 from asgiref.sync import sync_to_async
 from django.db.models import Sum
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from chat.models import ChatSession
 from tenants.limits import Limiter, set_limiter
@@ -70,8 +72,9 @@ async def test_fifty_requests_at_once_never_exceed_the_tokens_per_minute(
         if not body["stream"]:
             return 200, "", response.json()
         if i % 10 == 0:
-            # Goes away after the first chunk: the generation is cancelled, and settled.
-            stream = response.streaming_content
+            # Goes away after the first chunk: the generation is cancelled, and settled. (Read
+            # as Django's ASGI handler reads a response, which closes what it read.)
+            stream = aiter(response)
             await anext(stream)
             await stream.aclose()
             return 200, "", "cancelled"
@@ -203,3 +206,23 @@ def test_the_refusal_names_the_limit_in_json(client: Any, api_key: tuple[ApiKey,
     assert response.status_code == 429
     assert response.json()["error"]["type"] == "requests"
     assert "0 requests per minute" in response.json()["error"]["message"]
+
+
+async def test_limit_counters_out_of_reach_refuse_clearly_on_both_surfaces(
+    engine: FakeEngine, api_key: tuple[ApiKey, str], member: Any
+) -> None:
+    unreachable = redis.Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), 0))
+    set_limiter(Limiter(unreachable, prefix="nowhere"))
+    try:
+        response = await post(api_key[1], ask("anyone?"))
+        assert response.status_code == 503
+        assert error_of(response)["code"] == "unavailable"
+        assert response["Retry-After"] == "5"
+        socket = await connected_as(member)
+        await socket.send_json_to({"type": "chat.send", "session": None, "content": "hi"})
+        error = await socket.receive_json_from(timeout=5)
+        assert (error["code"], error["retry_after"]) == ("unavailable", 5)
+        await socket.disconnect()
+    finally:
+        set_limiter(None)
+    assert await sync_to_async(ChatSession.objects.count)() == 0
