@@ -316,7 +316,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                         }
                         await self._error(event.code, event.message, reply_id, event.retry_after)
             except asyncio.CancelledError:
-                outcome = {"finish_reason": "cancelled", "error": ""}
+                # The socket closed mid-reply; a Stop ends through the engine's Done("cancelled").
+                outcome = {"finish_reason": "disconnected", "error": ""}
                 raise
             except Exception:
                 logger.exception("streaming reply %s failed", reply_id)
@@ -383,7 +384,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 prompt_tokens=usage.prompt_tokens or 0,
                 completion_tokens=usage.completion_tokens or 0,
             )
-        title = services.clean_title("".join(parts))
+        title = services.clean_title("".join(parts), question=turn.user_message.content)
         changed = await database_sync_to_async(services.session_set_generated_title)(
             session_id=turn.session.id, title=title, replaces=turn.session.title
         )

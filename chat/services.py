@@ -22,6 +22,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from chat.cache import normalize_question
+from chat.language import same_language
 from chat.models import CachedReply, ChatSession, Message
 from inference.types import ChatMessage, SamplingParams
 from tenants.models import Tenant, UsageRecord
@@ -139,9 +140,12 @@ def title_request(*, first_message: str) -> list[ChatMessage]:
 GENERATED_TITLE_MAX_CHARS = 48
 
 
-def clean_title(raw: str) -> str:
+def clean_title(raw: str, *, question: str) -> str:
     """The model's answer made into a title: its first line, no quotes or 'Title:' label.
-    An answer that is no title (code, a whole sentence) gives "": the first-message title stays.
+
+    An answer that is no title gives "" and the first-message title stays: code, a whole
+    sentence, a title longer than the question it names, or one in another language than the
+    question (a small model asked about German in English may answer in German).
     """
     line = next((part.strip() for part in raw.splitlines() if part.strip()), "")
     if line.startswith("```"):
@@ -149,6 +153,10 @@ def clean_title(raw: str) -> str:
     line = re.sub(r"^(title|标题)\s*[:：]\s*", "", line, flags=re.IGNORECASE)
     line = line.strip(" \"'“”‘’「」《》*#`.。")
     if len(line) > GENERATED_TITLE_MAX_CHARS or len(line.split()) > 8:
+        return ""
+    if len(line) > len(" ".join(question.split())):
+        return ""
+    if not same_language(line, question):
         return ""
     return line
 
@@ -363,7 +371,8 @@ def reply_save_progress(*, reply_id: int, content: str) -> None:
 _STATUS_FOR_FINISH = {
     "stop": Message.Status.COMPLETE,
     "length": Message.Status.COMPLETE,
-    "cancelled": Message.Status.INTERRUPTED,
+    "cancelled": Message.Status.INTERRUPTED,  # the user's Stop
+    "disconnected": Message.Status.INTERRUPTED,  # the client went away mid-reply
 }
 
 
@@ -435,7 +444,7 @@ def usage_record_background(
 def _usage_status(finish_reason: str, error: str) -> str:
     if error:
         return UsageRecord.Status.ERROR
-    if finish_reason == "cancelled":
+    if finish_reason in ("cancelled", "disconnected"):
         return UsageRecord.Status.CANCELLED
     return UsageRecord.Status.OK
 

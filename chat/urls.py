@@ -11,4 +11,5 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/rename", views.session_rename, name="session_rename"),
     path("sessions/<uuid:session_id>/archive", views.session_archive, name="session_archive"),
     path("tenant/switch", views.tenant_switch, name="tenant_switch"),
+    path("favicon.ico", views.favicon, name="favicon"),
 ]

@@ -19,6 +19,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
@@ -240,6 +241,15 @@ def session_archive(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse
     session = _own_session(request, session_id)
     services.session_archive(session=session)
     return JsonResponse({"archived": True, "id": str(session.id)})
+
+
+# --- favicon -------------------------------------------------------------------------------
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers and tools that ask for /favicon.ico by habit get the page's SVG icon."""
+    return redirect(static("chat/favicon.svg"), permanent=True)
 
 
 # --- tenant switch ---------------------------------------------------------------------------

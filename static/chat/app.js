@@ -149,6 +149,12 @@
     return el;
   }
 
+  /** How an interrupted reply ended, by finish_reason: the user's own Stop is not a failure. */
+  const INTERRUPTED = {
+    cancelled: ["stopped", "You stopped this reply; the text so far is kept."],
+    disconnected: ["connection lost", "The connection was lost during this reply; the text so far is kept."],
+  };
+
   function badge(kind, text, title) {
     const el = document.createElement("span");
     el.className = "badge badge-" + kind;
@@ -175,13 +181,14 @@
       parts.push(badge("cached", "cached answer", "A prepared answer from your administrators; the model was not asked."));
     }
     if (m.status === "interrupted") {
-      parts.push(badge("interrupted", "interrupted", m.error || "Stopped before the end; the text so far is kept."));
+      const [text, why] = INTERRUPTED[m.finish_reason] || ["cut off", "The reply ended before its end; the text so far is kept."];
+      parts.push(badge("interrupted", text, why));
     } else if (m.status === "complete" && m.finish_reason === "length") {
       parts.push(badge("length", "stopped at the length limit"));
     } else if (streaming && !live) {
       parts.push(badge("streaming", "still being written…"));
     }
-    if (m.status === "error" || (m.status === "interrupted" && m.error)) {
+    if (m.status === "error" || (m.status === "interrupted" && m.error && !INTERRUPTED[m.finish_reason])) {
       const error = div("msg-error", m.error || "The reply failed.");
       error.setAttribute("role", "note");
       parts.push(error);
@@ -591,7 +598,7 @@
       if (state.reply) {
         const r = state.reply;
         if (r.frame) cancelAnimationFrame(r.frame);
-        updateAssistant(r.el, Object.assign({}, r.message, { content: r.text, status: "interrupted", error: "The connection was lost during this reply." }), false);
+        updateAssistant(r.el, Object.assign({}, r.message, { content: r.text, status: "interrupted", finish_reason: "disconnected" }), false);
       }
       state.reply = null;
       state.busy = false;
@@ -830,11 +837,13 @@
       if (event.key === "Escape" && state.reply && !inOtherField) stop();
     });
     for (const button of document.querySelectorAll(".suggestion")) {
+      // A suggestion is sent at once; offline, it waits in the composer like typed text.
       button.addEventListener("click", () => {
         els.input.value = button.dataset.prompt;
         autosize();
         updateComposer();
-        els.input.focus();
+        if (state.connected && !state.busy) submitComposer();
+        else els.input.focus();
       });
     }
     $("menu-btn").addEventListener("click", () => els.body.classList.add("sidebar-open"));

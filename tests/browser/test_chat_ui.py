@@ -98,11 +98,14 @@ def test_stop_keeps_the_partial_reply_marked_interrupted(browsing: Browsing) -> 
     assert reply["finish_reason"] == "cancelled"
     assert reply["content"]
     page.wait_for_selector("#messages .msg-assistant .badge-interrupted")
+    # The user's own Stop says so; it is not labelled like a dropped connection.
+    assert page.locator("#messages .msg-assistant .badge-interrupted").inner_text() == "stopped"
+    assert page.locator("#messages .msg-assistant .msg-error").count() == 0
     assert page.locator("#stop-btn").is_hidden()
     assert page.locator("#send-btn").is_visible()
 
     page.reload()
-    page.wait_for_selector("#messages .msg-assistant .badge-interrupted")
+    page.wait_for_selector("#messages .msg-assistant .badge-interrupted >> text=stopped")
     session_id = b.frames.of("reply.start")[0]["session"]["id"]
     stored = page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
     assert [(m["role"], m["status"]) for m in stored] == [
@@ -138,12 +141,51 @@ def test_a_dropped_connection_mid_reply_keeps_the_partial_text(browsing: Browsin
     # Back by itself; the thread is redrawn from what the server kept.
     page.wait_for_selector("#conn-state.online", state="attached", timeout=15_000)
     page.wait_for_selector("#messages .msg-assistant .badge-interrupted", timeout=15_000)
+    assert (
+        page.locator("#messages .msg-assistant .badge-interrupted").inner_text()
+        == "connection lost"
+    )
     session_id = page.url.rstrip("/").rsplit("/", 1)[-1]
     stored = page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
     assert stored[-1]["status"] == "interrupted"
     assert stored[-1]["content"]
     assert page.locator("#messages .msg-assistant .md").inner_text().strip()
     assert len(links) == 2
+
+
+def test_clicking_a_suggestion_sends_it(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    page.evaluate(WATCH_STREAM, True)
+    suggestion = page.locator(".suggestion").first
+    prompt = suggestion.get_attribute("data-prompt")
+
+    suggestion.click()
+
+    start = b.wait_for_frame("reply.start")
+    assert start["user_message"]["content"] == prompt
+    assert [f["content"] for f in b.frames.sent if f.get("type") == "chat.send"] == [prompt]
+    b.wait_for_frame("reply.done")
+    assert page.locator("#messages .msg-user .bubble").inner_text() == prompt
+    assert page.input_value("#input") == ""
+    assert page.locator("#empty-state").is_hidden()
+
+
+def test_the_pages_have_a_favicon(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    page.goto(f"{b.live.url}/accounts/login/")
+    href = page.locator("link[rel=icon]").get_attribute("href")
+    assert href
+    icon = page.request.get(f"{b.live.url}{href}")
+    assert icon.status == 200
+    assert icon.headers["content-type"].startswith("image/svg+xml")
+    assert "<svg" in icon.text()
+    # Browsers that ask for /favicon.ico by habit get it too, not a 404.
+    legacy = page.request.get(f"{b.live.url}/favicon.ico", max_redirects=2)
+    assert legacy.status == 200
+    assert "<svg" in legacy.text()
+    b.login("alice")
+    assert page.locator("link[rel=icon]").get_attribute("href") == href
 
 
 def test_regenerate_replaces_the_last_reply(browsing: Browsing) -> None:

@@ -194,6 +194,7 @@ async def test_a_disconnect_mid_reply_keeps_the_partial_text(
 
     reply = await stored(start["reply"]["id"])
     assert reply.status == Message.Status.INTERRUPTED
+    assert reply.finish_reason == "disconnected"  # told apart from the user's own Stop
     assert 0 < len(reply.content) < 300
     for _ in range(50):
         if fake.runner.released:

@@ -110,6 +110,15 @@ def test_a_stopped_reply_keeps_its_text_marked_interrupted(member, tenant):
     assert UsageRecord.objects.get().status == "cancelled"
 
 
+def test_a_reply_whose_client_went_away_is_told_apart_from_a_stop(member, tenant):
+    turn = send(member, tenant)
+    services.reply_finish(reply_id=turn.reply.id, content="Half", finish_reason="disconnected")
+    reply = Message.objects.get(id=turn.reply.id)
+    assert (reply.status, reply.finish_reason) == (Message.Status.INTERRUPTED, "disconnected")
+    assert reply.error == ""
+    assert UsageRecord.objects.get().status == "cancelled"
+
+
 def test_a_failed_reply_with_text_keeps_the_text(member, tenant):
     turn = send(member, tenant)
     services.reply_finish(
@@ -204,20 +213,55 @@ def test_a_system_prompt_does_not_stop_a_single_question_from_matching(tenant):
     assert services.cached_reply_lookup(tenant=tenant, conversation=conversation) == reply
 
 
+ENGLISH_QUESTION = "Can you help me with planning the team offsite and setting up the VPN?"
+CHINESE_QUESTION = "请给我介绍一下北京的历史，从元朝到现在的主要变化有哪些？"
+
+
 @pytest.mark.parametrize(
-    ("raw", "title"),
+    ("raw", "question", "title"),
     [
-        ('"Planning the offsite"', "Planning the offsite"),
-        ("Title: VPN setup help.", "VPN setup help"),
-        ("标题：北京历史简介。", "北京历史简介"),
-        ("\n\n  Git undo tips\nsecond line", "Git undo tips"),
-        ("   ", ""),
-        ("```python\ndef f(): pass", ""),
-        ("The story of a city's history is a tale of resilience and the power of change.", ""),
+        ('"Planning the offsite"', ENGLISH_QUESTION, "Planning the offsite"),
+        ("Title: VPN setup help.", ENGLISH_QUESTION, "VPN setup help"),
+        ("标题：北京历史简介。", CHINESE_QUESTION, "北京历史简介"),
+        ("\n\n  Git undo tips\nsecond line", ENGLISH_QUESTION, "Git undo tips"),
+        ("   ", ENGLISH_QUESTION, ""),
+        ("```python\ndef f(): pass", ENGLISH_QUESTION, ""),
+        (
+            "The story of a city's history is a tale of resilience and the power of change.",
+            ENGLISH_QUESTION,
+            "",
+        ),
     ],
 )
-def test_a_model_answer_is_cleaned_into_a_title(raw, title):
-    assert services.clean_title(raw) == title
+def test_a_model_answer_is_cleaned_into_a_title(raw, question, title):
+    assert services.clean_title(raw, question=question) == title
+
+
+@pytest.mark.parametrize(
+    ("raw", "question"),
+    [
+        # An English request about German answered with a German non-sentence (issue #11).
+        (
+            "Die deutsche Grammatik und ihre Fälle",
+            "How do the four grammatical cases in German work?",
+        ),
+        ("Reading a file line by line in Python", "怎么用 Python 逐行读取一个文件？"),
+        ("Histoire de Pékin", CHINESE_QUESTION),
+    ],
+)
+def test_a_title_in_another_language_than_the_question_is_rejected(raw, question):
+    assert services.clean_title(raw, question=question) == ""
+
+
+def test_a_title_longer_than_the_question_is_rejected():
+    assert services.clean_title("Greetings and small talk", question="hello there") == ""
+    assert services.clean_title("Greeting", question="hello there") == "Greeting"
+
+
+def test_a_short_ambiguous_title_is_kept():
+    # Names and abbreviations are in no language in particular: keep them.
+    question = "help me plan the Q3 offsite for our team"
+    assert services.clean_title("Q3 offsite", question=question) == "Q3 offsite"
 
 
 def test_a_generated_title_replaces_only_the_title_it_was_made_for(member, tenant):
