@@ -29,6 +29,9 @@
   const csrfToken = document.querySelector("input[name=csrfmiddlewaretoken]").value;
   const urlFor = (name, id) => data.urls[name].replace(data.placeholderId, id);
   const isPhone = () => window.matchMedia("(max-width: 768px)").matches;
+  // A touch keyboard has no Shift+Enter to speak of: there, Enter is a new line and the send
+  // button sends. A touch screen with a mouse or trackpad too keeps the desktop keys.
+  const touchTyping = () => window.matchMedia("(pointer: coarse) and (hover: none)").matches;
 
   const state = {
     sessionId: data.session ? data.session.id : null,
@@ -274,9 +277,10 @@
 
   let composing = false;
 
-  /** Enter sends; Shift+Enter is a new line; Enter that confirms an IME's choice is not a send. */
+  /** Enter sends; Shift+Enter is a new line; Enter that confirms an IME's choice is not a send.
+   * On a touch keyboard Enter is always a new line. */
   function isSendKey(event) {
-    if (event.key !== "Enter" || event.shiftKey) return false;
+    if (event.key !== "Enter" || event.shiftKey || touchTyping()) return false;
     // isComposing: Chrome, Firefox. keyCode 229: Safari sends compositionend before keydown.
     return !(event.isComposing || composing || event.keyCode === 229);
   }
@@ -360,7 +364,7 @@
     area.addEventListener("keydown", (event) => {
       if (event.key === "Escape") {
         cancel();
-      } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !editing && event.keyCode !== 229) {
+      } else if (event.key === "Enter" && !event.shiftKey && !touchTyping() && !event.isComposing && !editing && event.keyCode !== 229) {
         event.preventDefault();
         submit();
       }
@@ -869,7 +873,15 @@
     });
   }
 
+  function adaptToTouch() {
+    const touch = touchTyping();
+    document.documentElement.classList.toggle("touch", touch);
+    els.input.setAttribute("enterkeyhint", touch ? "enter" : "send");
+  }
+
   function init() {
+    adaptToTouch();
+    window.matchMedia("(pointer: coarse) and (hover: none)").addEventListener("change", adaptToTouch);
     state.sessions = Array.from(els.list.querySelectorAll(".session-item")).map((li) => ({
       id: li.dataset.sessionId,
       title: li.dataset.title || "",

@@ -222,9 +222,13 @@ def _parse(payload: Any) -> dict[str, Any]:
 
 
 def _open_page(
-    browser: Any, live: LiveServer, request: pytest.FixtureRequest, viewport: dict[str, int]
+    browser: Any,
+    live: LiveServer,
+    request: pytest.FixtureRequest,
+    viewport: dict[str, int],
+    **context_options: Any,
 ) -> Iterator[Browsing]:
-    context = browser.new_context(viewport=viewport, locale="en-US")
+    context = browser.new_context(viewport=viewport, locale="en-US", **context_options)
     page = context.new_page()
     page.set_default_timeout(15_000)
     frames = Frames()
@@ -262,3 +266,19 @@ def phone(
     browser: Any, qassist_server: LiveServer, request: pytest.FixtureRequest
 ) -> Iterator[Browsing]:
     yield from _open_page(browser, qassist_server, request, {"width": 390, "height": 844})
+
+
+@pytest.fixture
+def touch_phone(
+    browser: Any, qassist_server: LiveServer, request: pytest.FixtureRequest
+) -> Iterator[Browsing]:
+    """A phone with a touch screen and an on-screen keyboard (pointer: coarse, hover: none)."""
+    yield from _open_page(
+        browser,
+        qassist_server,
+        request,
+        {"width": 390, "height": 844},
+        has_touch=True,
+        is_mobile=True,
+        device_scale_factor=3,
+    )

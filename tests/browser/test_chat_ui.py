@@ -361,6 +361,77 @@ def test_phone_width_collapses_the_sidebar_and_renders_chinese(phone: Browsing) 
     assert page.locator(".session-item", has_text="用 Python 读取文件").is_visible()
 
 
+# Every visible control a finger might aim at; each must be a 44×44 px target on a phone.
+CONTROLS = (
+    "button:visible, .session-link:visible, .new-chat:visible, #session-search:visible, "
+    "select:visible"
+)
+
+
+def small_targets(b: Browsing) -> list[str]:
+    return list(
+        b.page.eval_on_selector_all(
+            CONTROLS.replace(":visible", ""),
+            """els => els.filter(el => el.offsetParent !== null && el.getClientRects().length)
+                 .map(el => [el, el.getBoundingClientRect()])
+                 .filter(([el, r]) => r.width > 0 && (r.width < 44 || r.height < 44))
+                 .map(([el, r]) => (el.getAttribute('aria-label') || el.textContent.trim()
+                   || el.className) + ' ' + Math.round(r.width) + 'x' + Math.round(r.height))""",
+        )
+    )
+
+
+def test_on_a_touch_keyboard_enter_is_a_new_line_and_the_button_sends(
+    touch_phone: Browsing,
+) -> None:
+    b, page = touch_phone, touch_phone.page
+    b.login("alice")
+    assert page.get_attribute("#input", "enterkeyhint") == "enter"
+    page.tap("#input")
+    page.keyboard.type("Name one colour.")
+    page.keyboard.press("Enter")
+    page.keyboard.type("Answer in one word.")
+    page.wait_for_timeout(200)
+    assert page.input_value("#input") == "Name one colour.\nAnswer in one word."
+    assert [f for f in b.frames.sent if f.get("type") == "chat.send"] == []
+
+    page.evaluate(WATCH_STREAM, True)
+    page.tap("#send-btn")
+    start = b.wait_for_frame("reply.start")
+    assert start["user_message"]["content"] == "Name one colour.\nAnswer in one word."
+    b.wait_for_frame("reply.done")
+    page.wait_for_selector("#messages .msg-assistant .msg-actions button")
+    assert page.locator("#messages .msg-user .bubble").inner_text() == (
+        "Name one colour.\nAnswer in one word."
+    )
+    assert small_targets(b) == []
+
+    # The edit box too: Enter is a new line there, its Send button sends.
+    page.tap("#messages .msg-user .msg-actions button[aria-label='Edit and resend']")
+    page.keyboard.press("End")
+    page.keyboard.press("Enter")
+    page.keyboard.type("Thanks.")
+    assert len(b.frames.of("reply.start")) == 1
+    assert small_targets(b) == []
+    page.tap("#messages .msg-user .editor .btn-primary")
+    again = b.wait_for_frame("reply.start", count=2)
+    assert again["user_message"]["content"].endswith("\nThanks.")
+    b.wait_for_frame("reply.done", count=2)
+
+    # The drawer's controls are fingertip-sized as well.
+    page.tap("#menu-btn")
+    page.wait_for_timeout(350)
+    assert small_targets(b) == []
+
+
+def test_phone_width_controls_are_44_px_targets(phone: Browsing) -> None:
+    b, page = phone, phone.page
+    b.login("alice")
+    page.goto(f"{b.live.url}/c/{b.live.seed['chinese_session']}/")
+    page.wait_for_selector("#messages .msg-assistant .code-block")
+    assert small_targets(b) == []
+
+
 # --- states, against a scripted websocket (no model: the server side is played by the test) --
 
 
