@@ -25,6 +25,7 @@
     list: $("session-items"),
     listEmpty: $("session-empty"),
     search: $("session-search"),
+    announcer: $("announcer"),
   };
   const csrfToken = document.querySelector("input[name=csrfmiddlewaretoken]").value;
   const urlFor = (name, id) => data.urls[name].replace(data.placeholderId, id);
@@ -87,6 +88,23 @@
     return button;
   }
 
+  // --- the live region: what a screen reader hears without moving ---------------------------
+
+  const ANNOUNCE_CHARS = 1500;
+
+  /** Say `text` once, politely (after what the reader is saying now). */
+  function announce(text) {
+    els.announcer.textContent = text;
+  }
+
+  function announceReply(el, m) {
+    if (m.status === "error") return; // the notice (role=alert) says what went wrong
+    let text = el.querySelector(".md").textContent.trim().replace(/\s+/g, " ");
+    if (text.length > ANNOUNCE_CHARS) text = text.slice(0, ANNOUNCE_CHARS) + "… (continues in the conversation)";
+    const ending = INTERRUPTED[m.finish_reason] && m.status === "interrupted" ? " (" + INTERRUPTED[m.finish_reason][0] + ")" : "";
+    announce("qassist said: " + (text || "nothing") + ending);
+  }
+
   // --- notices: one line above the composer ------------------------------------------------
 
   function clearNotice(tag) {
@@ -132,10 +150,20 @@
 
   // --- messages ------------------------------------------------------------------------------
 
+  let labelSeq = 0;
+
   function messageEl(m, live) {
     const el = div("msg msg-" + m.role);
     el.dataset.id = String(m.id);
     el.dataset.role = m.role;
+    // Screen readers hear who speaks, and can jump message to message by heading.
+    const label = document.createElement("h2");
+    label.className = "visually-hidden";
+    label.id = "msg-label-" + ++labelSeq;
+    label.textContent = m.role === "user" ? "You said:" : "qassist said:";
+    el.setAttribute("role", "article");
+    el.setAttribute("aria-labelledby", label.id);
+    el.append(label);
     const body = div("msg-body");
     if (m.role === "user") {
       body.append(div("bubble", m.content));
@@ -424,6 +452,7 @@
     const replyEl = messageEl(f.reply, true);
     els.messages.append(replyEl);
     state.reply = { id: f.reply.id, el: replyEl, text: "", frame: 0, message: f.reply };
+    announce("qassist is replying…");
     els.empty.hidden = true;
     updateComposer();
     refreshActions();
@@ -460,6 +489,7 @@
     if (r && r.frame) cancelAnimationFrame(r.frame);
     const stick = nearBottom();
     if (el) updateAssistant(el, m, false);
+    if (el && r && r.id === m.id) announceReply(el, m);
     if (!r || r.id === m.id) {
       state.reply = null;
       state.busy = false;
@@ -850,6 +880,10 @@
         else els.input.focus();
       });
     }
+    $("skip-link").addEventListener("click", (event) => {
+      event.preventDefault();
+      els.input.focus();
+    });
     $("menu-btn").addEventListener("click", () => els.body.classList.add("sidebar-open"));
     $("sidebar-close").addEventListener("click", () => els.body.classList.remove("sidebar-open"));
     $("backdrop").addEventListener("click", () => els.body.classList.remove("sidebar-open"));

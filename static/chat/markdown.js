@@ -136,6 +136,7 @@
         if (await copyText(code.textContent)) flashCopied(button, true);
       });
       head.append(name, button);
+      pre.tabIndex = 0; // a wide block scrolls sideways: keyboard users can scroll it too
       pre.replaceWith(block);
       block.append(head, pre);
     }

@@ -302,8 +302,8 @@ def test_xss_payloads_in_replies_and_messages_stay_inert(browsing: Browsing) -> 
     check_inert(b)
 
     # Clicking the neutered links does nothing either.
-    page.get_by_text("click me").click()
-    page.get_by_text("x", exact=True).click()
+    page.locator("#messages").get_by_text("click me").click()
+    page.locator("#messages").get_by_text("x", exact=True).click()
     page.wait_for_timeout(200)
     assert b.dialogs == []
     assert page.evaluate("window.__xss") == []
