@@ -69,8 +69,11 @@ def check_session_id(raw: Any) -> uuid.UUID | None:
 # --- sessions ------------------------------------------------------------------------------
 
 
-def sessions_for_user(*, user: User, tenant: Tenant, query: str = "") -> Any:
-    sessions = ChatSession.objects.filter(user=user, tenant=tenant, archived=False)
+def sessions_for_user(
+    *, user: User, tenant: Tenant, query: str = "", archived: bool = False
+) -> Any:
+    """The sidebar's list: the user's live sessions in `tenant`, or their archived ones."""
+    sessions = ChatSession.objects.filter(user=user, tenant=tenant, archived=archived)
     if query:
         sessions = sessions.filter(
             Q(title__icontains=query) | Q(messages__content__icontains=query)
@@ -115,6 +118,41 @@ def session_rename(*, session: ChatSession, title: str) -> ChatSession:
 def session_archive(*, session: ChatSession) -> None:
     session.archived = True
     session.save(update_fields=["archived"])
+
+
+def archived_session_get(*, user: User, session_id: uuid.UUID | str) -> ChatSession:
+    """The user's own archived session, in a tenant they are still an active member of: the one
+    lookup behind reading, restoring and deleting archived conversations. Anything else is a
+    404 (no existence leak)."""
+    try:
+        session = ChatSession.objects.select_related("tenant").get(
+            id=session_id,
+            user=user,
+            archived=True,
+            tenant__active=True,
+            tenant__memberships__user=user,
+        )
+    except (ChatSession.DoesNotExist, ValueError, ValidationError):
+        raise Http404("No such conversation.") from None
+    return session
+
+
+def session_restore(*, session: ChatSession) -> ChatSession:
+    """Back among the live sessions, where it was in the order of last use."""
+    session.archived = False
+    session.save(update_fields=["archived"])
+    return session
+
+
+@transaction.atomic
+def session_delete(*, session: ChatSession) -> int:
+    """Delete an archived session for good, its messages with it (usage records stay, without
+    the link, for the tenant's accounting). Returns how many messages went."""
+    if not session.archived:
+        raise ChatError("not_archived", "Archive a conversation before deleting it.")
+    _no_reply_in_progress(session)
+    _, by_model = session.delete()
+    return by_model.get("chat.Message", 0)
 
 
 def default_title(text: str) -> str:

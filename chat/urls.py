@@ -10,6 +10,8 @@ urlpatterns = [
     path("sessions/", views.session_list, name="session_list"),
     path("sessions/<uuid:session_id>/rename", views.session_rename, name="session_rename"),
     path("sessions/<uuid:session_id>/archive", views.session_archive, name="session_archive"),
+    path("sessions/<uuid:session_id>/restore", views.session_restore, name="session_restore"),
+    path("sessions/<uuid:session_id>/delete", views.session_delete, name="session_delete"),
     path("tenant/switch", views.tenant_switch, name="tenant_switch"),
     path("favicon.ico", views.favicon, name="favicon"),
 ]

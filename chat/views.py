@@ -1,9 +1,10 @@
 """The chat UI: two pages (a new chat, a conversation) and the small JSON endpoints the page
-calls (sidebar search, rename, archive, reload a conversation's stored messages).
+calls (sidebar search, rename, archive, restore, delete, reload a conversation's messages).
 
 Replies themselves stream over the websocket (chat/consumers.py, docs/websocket.md). Someone
-else's session, or an archived one, is a 404. JSON endpoints answer bad input with a 400 and
-`{"error": {"code", "message"}}`, and an anonymous caller with a 401 instead of a redirect.
+else's session is a 404; an archived one opens read-only, where it can be restored or deleted.
+JSON endpoints answer bad input with a 400 and `{"error": {"code", "message"}}`, and an
+anonymous caller with a 401 instead of a redirect.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ def session_data(session: ChatSession) -> dict[str, Any]:
         "id": str(session.id),
         "title": session.title,
         "updated_at": session.updated_at.isoformat(),
+        "archived": session.archived,
     }
 
 
@@ -150,7 +152,11 @@ def index(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def conversation(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
-    session = _own_session(request, session_id)
+    """A live conversation, or an archived one shown read-only (restore or delete it there)."""
+    try:
+        session = _own_session(request, session_id)
+    except Http404:
+        session = services.archived_session_get(user=_user(request), session_id=session_id)
     membership = _current_membership(request)
     if membership is None or membership.tenant_id != session.tenant_id:
         # A conversation of the user's other tenant: open it there, if they are still in it.
@@ -178,6 +184,8 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
             "messages": reverse("chat:messages", args=[PLACEHOLDER_ID]),
             "rename": reverse("chat:session_rename", args=[PLACEHOLDER_ID]),
             "archive": reverse("chat:session_archive", args=[PLACEHOLDER_ID]),
+            "restore": reverse("chat:session_restore", args=[PLACEHOLDER_ID]),
+            "delete": reverse("chat:session_delete", args=[PLACEHOLDER_ID]),
             "login": reverse("login"),
         },
         "placeholderId": str(PLACEHOLDER_ID),
@@ -200,15 +208,16 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
 @require_GET
 def session_list(request: HttpRequest) -> HttpResponse:
     """The sidebar: the user's sessions in the current tenant, newest first; `q` searches
-    titles and message text."""
+    titles and message text; `archived=1` lists the archived ones instead."""
     query = request.GET.get("q", "").strip()
+    archived = request.GET.get("archived", "") in ("1", "true")
     if len(query) > MAX_QUERY_CHARS:
         raise BadRequest("invalid_query", f"Search for at most {MAX_QUERY_CHARS} characters.")
     membership = _current_membership(request)
     if membership is None:
         return _json_error("no_tenant", "You are not a member of any active tenant.", 403)
     sessions = services.sessions_for_user(
-        user=_user(request), tenant=membership.tenant, query=query
+        user=_user(request), tenant=membership.tenant, query=query, archived=archived
     )
     return JsonResponse({"sessions": [session_data(s) for s in sessions[:SIDEBAR_SESSIONS]]})
 
@@ -241,6 +250,23 @@ def session_archive(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse
     session = _own_session(request, session_id)
     services.session_archive(session=session)
     return JsonResponse({"archived": True, "id": str(session.id)})
+
+
+@json_endpoint
+@require_POST
+def session_restore(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
+    session = services.archived_session_get(user=_user(request), session_id=session_id)
+    session = services.session_restore(session=session)
+    return JsonResponse({"session": session_data(session)})
+
+
+@json_endpoint
+@require_POST
+def session_delete(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
+    """Delete an archived conversation and its messages for good (the page asked first)."""
+    session = services.archived_session_get(user=_user(request), session_id=session_id)
+    messages = services.session_delete(session=session)
+    return JsonResponse({"deleted": True, "id": str(session_id), "messages": messages})
 
 
 # --- favicon -------------------------------------------------------------------------------

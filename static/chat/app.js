@@ -48,6 +48,8 @@
     noticeTimer: 0,
     sessions: [],
     query: "",
+    archivedView: false, // the sidebar lists archived conversations
+    readOnly: !!(data.session && data.session.archived), // this page shows an archived one
   };
 
   // --- small DOM helpers -------------------------------------------------------------------
@@ -64,7 +66,9 @@
     edit: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M4 20h4L19 9l-4-4L4 16v4z"/><path d="M13.5 6.5l4 4"/></svg>',
     regenerate: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M20 11a8 8 0 1 0-2.3 5.7"/><path d="M20 4v7h-7"/></svg>',
     rename: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M4 20h4L19 9l-4-4L4 16v4z"/></svg>',
-    archive: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M4 7h16M9 7V4h6v3M6 7l1 13h10l1-13"/></svg>',
+    archive: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><rect x="3" y="4" width="18" height="5" rx="1"/><path d="M5 9v10h14V9M10 13h4"/></svg>',
+    restore: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M4 12a8 8 0 1 0 2.3-5.7"/><path d="M4 4v5h5"/></svg>',
+    trash: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path d="M4 7h16M9 7V4h6v3M6 7l1 13h10l1-13"/></svg>',
     close: '<svg viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round"><path d="M6 6l12 12M18 6L6 18"/></svg>',
   };
 
@@ -251,7 +255,7 @@
     const lastOf = (role) => [...all].reverse().find((el) => el.dataset.role === role && !el.classList.contains("pending"));
     const lastUser = lastOf("user");
     const lastAssistant = lastOf("assistant");
-    const canAct = !state.busy && !!state.sessionId;
+    const canAct = !state.busy && !!state.sessionId && !state.readOnly;
     all.forEach((el, i) => {
       el.classList.toggle("last", i === all.length - 1);
       const actions = el.querySelector(".msg-actions");
@@ -711,10 +715,18 @@
     link.textContent = item.title || "New chat";
     link.title = item.title || "New chat";
     const actions = div("session-actions");
-    actions.append(
-      iconButton("rename", "Rename", () => startRename(li, item)),
-      iconButton("archive", "Archive", (event) => archive(event.currentTarget, item)),
-    );
+    const name = item.title || "New chat";
+    if (state.archivedView) {
+      actions.append(
+        iconButton("restore", "Restore " + name, () => restore(item)),
+        iconButton("trash", "Delete " + name + " for good", () => deleteForGood(item)),
+      );
+    } else {
+      actions.append(
+        iconButton("rename", "Rename " + name, () => startRename(li, item)),
+        iconButton("archive", "Archive " + name, () => archive(item)),
+      );
+    }
     li.append(link, actions);
     return li;
   }
@@ -735,10 +747,11 @@
     }
     els.list.replaceChildren(...nodes);
     els.listEmpty.hidden = state.sessions.length > 0;
-    els.listEmpty.textContent = state.query ? "No conversation matches." : "No conversations yet.";
+    els.listEmpty.textContent = state.query ? "No conversation matches." : state.archivedView ? "No archived conversations." : "No conversations yet.";
   }
 
   function upsertSession(item) {
+    if (state.archivedView) return;
     state.sessions = [item, ...state.sessions.filter((s) => s.id !== item.id)];
     if (!state.query) renderSidebar();
   }
@@ -808,38 +821,116 @@
     input.addEventListener("blur", () => finish(true));
   }
 
-  async function archive(button, item) {
-    if (!button.classList.contains("confirm")) {
-      // Two clicks, no modal: the first arms the button for a few seconds.
-      button.classList.add("confirm");
-      button.textContent = "Archive?";
-      setTimeout(() => {
-        if (button.isConnected) renderSidebar();
-      }, 4000);
-      return;
-    }
+  /** Archive at once (it can be undone): a notice offers Undo; the current one reopens
+   * read-only. */
+  async function archive(item) {
     try {
       await postJSON(urlFor("archive", item.id), {});
     } catch (error) {
       showNotice("error", "Could not archive: " + error.message);
       return;
     }
+    if (item.id === state.sessionId) {
+      location.assign(urlFor("conversation", item.id));
+      return;
+    }
     state.sessions = state.sessions.filter((s) => s.id !== item.id);
     renderSidebar();
-    if (item.id === state.sessionId) location.assign(data.urls.index);
+    showNotice("info", "Archived “" + (item.title || "New chat") + "”. Find it under Archived conversations.", [
+      { label: "Undo", onClick: () => restore(item, true) },
+    ], "archived");
+  }
+
+  async function restore(item, undo) {
+    try {
+      await postJSON(urlFor("restore", item.id), {});
+    } catch (error) {
+      showNotice("error", "Could not restore: " + error.message);
+      return;
+    }
+    if (item.id === state.sessionId) {
+      location.assign(urlFor("conversation", item.id)); // back to a live, writable page
+      return;
+    }
+    clearNotice("archived");
+    if (undo) {
+      await loadSessions();
+    } else {
+      state.sessions = state.sessions.filter((s) => s.id !== item.id);
+      renderSidebar();
+      showNotice("info", "Restored “" + (item.title || "New chat") + "”.", [], "archived");
+    }
+  }
+
+  /** Ask in a modal dialog, then delete for good. */
+  function deleteForGood(item) {
+    const dialog = $("confirm-delete");
+    $("confirm-delete-name").textContent = "“" + (item.title || "New chat") + "”";
+    const ok = $("confirm-ok");
+    const cancel = $("confirm-cancel");
+    const close = () => {
+      ok.onclick = null;
+      cancel.onclick = null;
+      if (dialog.open) dialog.close();
+    };
+    cancel.onclick = close;
+    ok.onclick = async () => {
+      ok.disabled = true;
+      try {
+        await postJSON(urlFor("delete", item.id), {});
+      } catch (error) {
+        close();
+        showNotice("error", "Could not delete: " + error.message);
+        return;
+      } finally {
+        ok.disabled = false;
+      }
+      close();
+      if (item.id === state.sessionId) {
+        location.assign(data.urls.index);
+        return;
+      }
+      state.sessions = state.sessions.filter((s) => s.id !== item.id);
+      renderSidebar();
+      showNotice("info", "Deleted “" + (item.title || "New chat") + "” for good.", [], "archived");
+    };
+    dialog.showModal();
+  }
+
+  /** Fill the sidebar from the server: live or archived sessions, searched or not. */
+  async function loadSessions() {
+    const query = els.search.value.trim();
+    const seq = ++searchSeq;
+    const params = new URLSearchParams();
+    if (query) params.set("q", query);
+    if (state.archivedView) params.set("archived", "1");
+    const result = await request(data.urls.sessions + "?" + params.toString(), { headers: { Accept: "application/json" } });
+    if (seq !== searchSeq) return; // a later request is on its way
+    state.query = query;
+    state.sessions = result.sessions;
+    renderSidebar();
+  }
+
+  async function showArchived(on, focus = true) {
+    state.archivedView = on;
+    els.body.classList.toggle("archived-view", on);
+    $("archive-head").hidden = !on;
+    $("archive-toggle").hidden = on;
+    $("archive-toggle").setAttribute("aria-pressed", String(on));
+    els.search.placeholder = on ? "Search archived chats" : "Search chats";
+    try {
+      await loadSessions();
+    } catch (error) {
+      showNotice("error", "Could not load the conversations: " + error.message);
+    }
+    if (focus) $(on ? "archive-back" : "archive-toggle").focus();
   }
 
   let searchTimer = 0;
   let searchSeq = 0;
   async function search() {
-    const query = els.search.value.trim();
-    const seq = ++searchSeq;
     try {
-      const result = await request(data.urls.sessions + "?q=" + encodeURIComponent(query), { headers: { Accept: "application/json" } });
-      if (seq !== searchSeq) return; // a later search is on its way
-      state.query = query;
-      state.sessions = result.sessions;
-      renderSidebar();
+      await loadSessions();
     } catch (error) {
       showNotice("error", "Search failed: " + error.message);
     }
@@ -880,9 +971,16 @@
         else els.input.focus();
       });
     }
+    $("archive-toggle").addEventListener("click", () => showArchived(true));
+    $("archive-back").addEventListener("click", () => showArchived(false));
+    if (state.readOnly) {
+      const current = { id: data.session.id, title: data.session.title };
+      $("restore-btn").addEventListener("click", () => restore(current));
+      $("delete-btn").addEventListener("click", () => deleteForGood(current));
+    }
     $("skip-link").addEventListener("click", (event) => {
       event.preventDefault();
-      els.input.focus();
+      (state.readOnly ? $("restore-btn") : els.input).focus();
     });
     $("menu-btn").addEventListener("click", () => els.body.classList.add("sidebar-open"));
     $("sidebar-close").addEventListener("click", () => els.body.classList.remove("sidebar-open"));
@@ -923,9 +1021,16 @@
     }));
     renderSidebar();
     renderThread(data.messages);
+    wire();
+    if (state.readOnly) {
+      // An archived conversation: read it, restore it or delete it; nothing to send.
+      els.conn.hidden = true;
+      showArchived(true, false);
+      scrollToBottom();
+      return;
+    }
     // Reloaded while a reply was streaming: the server is closing it; show the outcome.
     if (data.messages.some((m) => m.status === "streaming")) setTimeout(() => resync(1), 1200);
-    wire();
     autosize();
     updateComposer();
     scrollToBottom();

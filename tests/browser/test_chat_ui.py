@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser.axe import assert_accessible
 from tests.browser.conftest import ARTIFACTS, Browsing
 from tests.browser.seed import XSS_QUESTION
 
@@ -328,6 +329,75 @@ def check_inert(b: Browsing) -> None:
     text = page.locator("#messages .msg-assistant .md").last.inner_text()
     assert "<script>window.__xss" in text
     assert "<img src=x onerror=" in text
+
+
+def test_archive_restore_and_delete_for_good(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    page.evaluate(WATCH_STREAM, True)
+    send(b, "Name one planet.")
+    session_id = b.wait_for_frame("reply.start")["session"]["id"]
+    b.wait_for_frame("reply.done")
+    page.goto(f"{b.live.url}/")  # another page: archive it from the sidebar
+    b.wait_connected()
+    item = page.locator(f'.session-item[data-session-id="{session_id}"]')
+    item.hover()
+    item.get_by_role("button", name="Archive Name one planet.").click()
+    page.wait_for_selector("#notice.info >> text=Archived")
+    assert item.count() == 0
+
+    # Undo puts it back at once.
+    page.locator("#notice").get_by_role("button", name="Undo").click()
+    page.wait_for_selector(f'.session-item[data-session-id="{session_id}"]')
+    item.hover()
+    item.get_by_role("button", name="Archive Name one planet.").click()
+    page.wait_for_selector("#notice.info >> text=Archived")
+
+    # The archive lists it; its address opens it read-only.
+    page.click("#archive-toggle")
+    page.wait_for_selector("#archive-head:not([hidden])")
+    item.locator(".session-link").click()
+    page.wait_for_url(f"**/c/{session_id}/")
+    page.wait_for_selector("#archived-bar")
+    assert page.locator("#messages .msg-user .bubble").inner_text() == "Name one planet."
+    assert page.locator("#messages .msg-assistant .md").inner_text().strip()
+    assert page.locator("#composer").is_hidden()
+    assert page.locator("#messages button[aria-label='Edit and resend']").count() == 0
+    assert page.locator("#messages .regenerate").count() == 0
+    assert page.locator("#archive-head").is_visible()  # the sidebar shows the archive
+    assert item.is_visible()
+    page.screenshot(path=str(ARTIFACTS / "archive-read-only.png"))
+    assert_accessible(b)
+
+    # Restore from the page: it is live and writable again.
+    page.click("#restore-btn")
+    page.wait_for_selector("#composer:not([hidden])")
+    b.wait_connected()
+    assert page.locator("#archived-bar").count() == 0
+    assert page.locator(f'.session-item[data-session-id="{session_id}"]').is_visible()
+
+    # Archive again, then delete for good from the archive list, after a confirmation.
+    item.hover()
+    item.get_by_role("button", name="Archive Name one planet.").click()
+    page.wait_for_selector("#archived-bar")  # the current one reopens read-only
+    page.click("#delete-btn")
+    dialog = page.locator("#confirm-delete")
+    assert dialog.is_visible()
+    assert "Name one planet." in dialog.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "archive-delete-confirmation.png"))
+    assert_accessible(b)
+    page.click("#confirm-cancel")  # changing one's mind keeps it
+    assert dialog.is_hidden()
+    assert page.request.get(f"{b.live.url}/c/{session_id}/").status == 200
+
+    item.hover()
+    item.get_by_role("button", name="Delete Name one planet. for good").click()
+    page.click("#confirm-ok")
+    page.wait_for_url(f"{b.live.url}/")
+    assert page.request.get(f"{b.live.url}/c/{session_id}/").status == 404
+    archived = page.request.get(f"{b.live.url}/sessions/?archived=1").json()["sessions"]
+    assert session_id not in [s["id"] for s in archived]
+    assert page.locator(f'.session-item[data-session-id="{session_id}"]').count() == 0
 
 
 def test_another_users_session_url_is_404(browsing: Browsing) -> None:

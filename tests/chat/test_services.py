@@ -284,3 +284,30 @@ def test_an_archived_session_takes_no_more_messages(member, tenant):
         send(member, tenant, "again", session_id=turn.session.id)
     with pytest.raises(Http404):
         services.message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
+
+
+def test_a_session_with_a_reply_being_written_is_not_deleted(member, tenant):
+    turn = send(member, tenant)
+    services.session_archive(session=turn.session)
+    with pytest.raises(ChatError) as err:
+        services.session_delete(session=turn.session)
+    assert err.value.code == "busy_session"
+    assert Message.objects.filter(session=turn.session).count() == 2
+
+
+def test_archived_sessions_are_found_only_for_their_owner_in_a_tenant_they_are_in(
+    member, owner, tenant, other_tenant
+):
+    turn = send(member, tenant)
+    services.reply_finish(reply_id=turn.reply.id, content="hi", finish_reason="stop")
+    with pytest.raises(Http404):  # not archived: not an archived session
+        services.archived_session_get(user=member, session_id=turn.session.id)
+    services.session_archive(session=turn.session)
+    assert services.archived_session_get(user=member, session_id=turn.session.id) == turn.session
+    with pytest.raises(Http404):
+        services.archived_session_get(user=owner, session_id=turn.session.id)
+    with pytest.raises(Http404):
+        services.archived_session_get(user=member, session_id="not-a-uuid")
+    member.memberships.all().delete()
+    with pytest.raises(Http404):
+        services.archived_session_get(user=member, session_id=turn.session.id)

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from chat.models import ChatSession, Message
-from tenants.models import Membership, Tenant
+from tenants.models import Membership, Tenant, UsageRecord
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -51,6 +51,20 @@ def rename_url(session: ChatSession) -> str:
 
 def archive_url(session: ChatSession) -> str:
     return reverse("chat:session_archive", args=[session.id])
+
+
+def restore_url(session: ChatSession) -> str:
+    return reverse("chat:session_restore", args=[session.id])
+
+
+def delete_url(session: ChatSession) -> str:
+    return reverse("chat:session_delete", args=[session.id])
+
+
+def services_sessions(user: User, tenant: Tenant) -> list[ChatSession]:
+    from chat import services
+
+    return list(services.sessions_for_user(user=user, tenant=tenant))
 
 
 # --- logging in --------------------------------------------------------------------------------
@@ -199,6 +213,7 @@ def test_a_conversation_page_carries_its_stored_messages(member: User, tenant: T
         "id": str(session.id),
         "title": "Greetings",
         "updated_at": session.updated_at.isoformat(),
+        "archived": False,
     }
     assert [(m["role"], m["content"]) for m in data["messages"]] == [
         ("user", "你好"),
@@ -231,13 +246,118 @@ def test_it_rejects_another_users_session(
         assert client.get(reverse("chat:messages", args=[owners.id])).status_code == 404
 
 
-def test_an_archived_session_is_gone_from_the_users_view(member: User, tenant: Tenant) -> None:
-    session = make_session(member, tenant, "Old")
+def archived_session(user: User, tenant: Tenant, title: str = "Old") -> ChatSession:
+    session = make_session(
+        user, tenant, title, ("user", "old question"), ("assistant", "old answer")
+    )
     session.archived = True
     session.save()
+    return session
+
+
+def test_an_archived_session_opens_read_only(member: User, tenant: Tenant) -> None:
+    session = archived_session(member, tenant)
     client = logged_in(member)
-    assert client.get(reverse("chat:conversation", args=[session.id])).status_code == 404
+    response = client.get(reverse("chat:conversation", args=[session.id]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'id="archived-bar"' in html
+    assert re.search(r'<form class="composer" id="composer"[^>]* hidden>', html)
+    data = page_data(response)
+    assert data["session"]["archived"] is True
+    assert [m["content"] for m in data["messages"]] == ["old question", "old answer"]
+    # Read-only: it cannot be renamed or written to until restored.
     assert post_json(client, rename_url(session), {"title": "New"}).status_code == 404
+
+
+def test_an_archived_session_stays_private(
+    member: User, owner: User, outsider: User, tenant: Tenant
+) -> None:
+    session = archived_session(owner, tenant)
+    for user in [member, outsider]:
+        client = logged_in(user)
+        assert client.get(reverse("chat:conversation", args=[session.id])).status_code == 404
+        assert client.post(restore_url(session)).status_code == 404
+        assert client.post(delete_url(session)).status_code == 404
+    assert Message.objects.filter(session=session).count() == 2
+
+
+def test_an_archived_session_of_a_tenant_the_user_left_is_404(
+    member: User, tenant: Tenant, other_tenant: Tenant
+) -> None:
+    Membership.objects.create(user=member, tenant=other_tenant)
+    session = archived_session(member, other_tenant)
+    client = logged_in(member)
+    assert client.get(reverse("chat:conversation", args=[session.id])).status_code == 200
+    Membership.objects.filter(user=member, tenant=other_tenant).delete()
+    assert client.get(reverse("chat:conversation", args=[session.id])).status_code == 404
+    assert client.post(restore_url(session)).status_code == 404
+    assert client.post(delete_url(session)).status_code == 404
+    other_tenant.active = False
+    other_tenant.save()
+    Membership.objects.create(user=member, tenant=other_tenant)
+    assert client.get(reverse("chat:conversation", args=[session.id])).status_code == 404
+
+
+def test_the_archived_list_shows_only_the_users_archived_sessions(
+    member: User, owner: User, tenant: Tenant
+) -> None:
+    make_session(member, tenant, "Live one")
+    mine = archived_session(member, tenant, "Archived one")
+    archived_session(owner, tenant, "Owner's archived")
+    client = logged_in(member)
+    listed = client.get(reverse("chat:session_list"), {"archived": "1"}).json()["sessions"]
+    assert [(s["id"], s["title"], s["archived"]) for s in listed] == [
+        (str(mine.id), "Archived one", True)
+    ]
+    found = client.get(reverse("chat:session_list"), {"archived": "1", "q": "old answer"})
+    assert [s["id"] for s in found.json()["sessions"]] == [str(mine.id)]
+    live = client.get(reverse("chat:session_list")).json()["sessions"]
+    assert [s["title"] for s in live] == ["Live one"]
+
+
+def test_restore_brings_an_archived_session_back(member: User, tenant: Tenant) -> None:
+    session = archived_session(member, tenant)
+    client = logged_in(member)
+    response = client.post(restore_url(session))
+    assert response.status_code == 200
+    assert response.json()["session"]["archived"] is False
+    session.refresh_from_db()
+    assert not session.archived
+    assert [s.id for s in services_sessions(member, tenant)] == [session.id]
+
+
+def test_delete_removes_an_archived_session_and_its_messages_for_good(
+    member: User, tenant: Tenant
+) -> None:
+    session = archived_session(member, tenant)
+    usage = UsageRecord.objects.create(tenant=tenant, user=member, session=session)
+    client = logged_in(member)
+    response = client.post(delete_url(session))
+    assert response.status_code == 200
+    assert response.json() == {"deleted": True, "id": str(session.id), "messages": 2}
+    assert not ChatSession.objects.filter(id=session.id).exists()
+    assert not Message.objects.filter(session_id=session.id).exists()
+    usage.refresh_from_db()  # the tenant's accounting keeps the record, unlinked
+    assert usage.session_id is None
+    assert client.get(reverse("chat:conversation", args=[session.id])).status_code == 404
+
+
+def test_a_live_session_is_not_deleted_without_archiving_first(
+    member: User, tenant: Tenant
+) -> None:
+    session = make_session(member, tenant, "Live", ("user", "hi"))
+    assert logged_in(member).post(delete_url(session)).status_code == 404
+    assert Message.objects.filter(session=session).count() == 1
+
+
+def test_restore_and_delete_need_a_csrf_token(member: User, tenant: Tenant) -> None:
+    session = archived_session(member, tenant)
+    client = logged_in(member, enforce_csrf_checks=True)
+    assert client.post(restore_url(session)).status_code == 403
+    assert client.post(delete_url(session)).status_code == 403
+    session.refresh_from_db()
+    assert session.archived
 
 
 def test_the_messages_endpoint_returns_what_is_stored(member: User, tenant: Tenant) -> None:
