@@ -81,25 +81,33 @@ def sessions_for_user(
     return sessions.order_by("-updated_at")
 
 
+def _own_session(
+    *, user: User, session_id: uuid.UUID | str, archived: bool, tenant: Tenant | None = None
+) -> ChatSession:
+    """The user's own session, in a tenant they still belong to that is active (and in
+    `tenant`, when given); else a 404, never a 403 (no existence leak)."""
+    try:
+        sessions = ChatSession.objects.select_related("tenant").filter(
+            id=session_id,
+            user=user,
+            archived=archived,
+            tenant__active=True,
+            tenant__memberships__user=user,
+        )
+        if tenant is not None:
+            sessions = sessions.filter(tenant=tenant)
+        return sessions.get()
+    except (ChatSession.DoesNotExist, ValueError, ValidationError):
+        raise Http404("No such conversation.") from None
+
+
 def session_get(
     *, user: User, session_id: uuid.UUID | str, tenant: Tenant | None = None
 ) -> ChatSession:
     """The user's own live session, in a tenant they still belong to (and in `tenant`, when
     given). Anyone else's, an archived one, or one of a tenant the user left or that was
     deactivated is a 404, never a 403 (no existence leak)."""
-    sessions = ChatSession.objects.select_related("tenant").filter(
-        id=session_id,
-        user=user,
-        archived=False,
-        tenant__active=True,
-        tenant__memberships__user=user,
-    )
-    if tenant is not None:
-        sessions = sessions.filter(tenant=tenant)
-    try:
-        return sessions.get()
-    except (ChatSession.DoesNotExist, ValueError, ValidationError):
-        raise Http404("No such conversation.") from None
+    return _own_session(user=user, session_id=session_id, archived=False, tenant=tenant)
 
 
 def session_create(*, user: User, tenant: Tenant, title: str = "") -> ChatSession:
@@ -124,17 +132,7 @@ def archived_session_get(*, user: User, session_id: uuid.UUID | str) -> ChatSess
     """The user's own archived session, in a tenant they are still an active member of: the one
     lookup behind reading, restoring and deleting archived conversations. Anything else is a
     404 (no existence leak)."""
-    try:
-        session = ChatSession.objects.select_related("tenant").get(
-            id=session_id,
-            user=user,
-            archived=True,
-            tenant__active=True,
-            tenant__memberships__user=user,
-        )
-    except (ChatSession.DoesNotExist, ValueError, ValidationError):
-        raise Http404("No such conversation.") from None
-    return session
+    return _own_session(user=user, session_id=session_id, archived=True)
 
 
 def session_restore(*, session: ChatSession) -> ChatSession:
