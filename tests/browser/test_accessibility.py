@@ -15,6 +15,7 @@ from tests.browser.test_chat_ui import WATCH_STREAM, send
 
 pytestmark = pytest.mark.browser
 
+
 def test_the_login_page_meets_wcag_aa(browsing: Browsing) -> None:
     b, page = browsing, browsing.page
     page.goto(f"{b.live.url}/accounts/login/")
