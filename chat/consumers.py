@@ -264,8 +264,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 "type": "reply.start",
                 "session": {"id": str(turn.session.id), "title": turn.session.title},
                 "session_created": turn.session_created,
-                "user_message": services.message_data(turn.user_message),
-                "reply": services.message_data(turn.reply),
+                "user_message": services.message_data(
+                    turn.user_message, turn.versions.get(turn.user_message.id)
+                ),
+                "reply": services.message_data(turn.reply, turn.versions.get(turn.reply.id)),
             }
         )
         self._task = asyncio.create_task(self._stream(turn, ticket))

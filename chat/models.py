@@ -29,6 +29,12 @@ class ChatSession(models.Model):
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)
     archived = models.BooleanField(default=False)
+    # The last message of the branch shown and sent to the model: regenerated replies and
+    # edited messages are kept as versions (siblings under one parent), and the path from the
+    # first message down to this one is the conversation as the user chose it.
+    branch_tip = models.ForeignKey(
+        "chat.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-updated_at"]
@@ -51,6 +57,10 @@ class Message(models.Model):
         ERROR = "error", "Error"
 
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
+    # The message this one follows; messages with the same parent are versions of one turn.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -204,19 +204,103 @@ def session_set_generated_title(*, session_id: uuid.UUID, title: str, replaces: 
     return bool(ChatSession.objects.filter(id=session_id, title=replaces).update(title=title))
 
 
+# --- branches: versions of regenerated replies and edited messages -------------------------
+
+
+def branch_messages(*, session: ChatSession) -> list[Message]:
+    """The messages of the branch the session shows, first to last: from its tip up through
+    each message's parent. Earlier versions (siblings off this path) are not in it."""
+    if session.branch_tip_id is None:
+        # Messages stored without versions (fixtures, imports): one straight line.
+        return list(session.messages.order_by("created_at", "id"))
+    by_id = {m.id: m for m in session.messages.all()}
+    tip = by_id.get(session.branch_tip_id)
+    path: list[Message] = []
+    node: Message | None = tip
+    while node is not None and len(path) <= len(by_id):
+        path.append(node)
+        node = by_id.get(node.parent_id) if node.parent_id is not None else None
+    path.reverse()
+    return path
+
+
+def _chain_straight(session: ChatSession) -> None:
+    """Give a session stored without versions its parent links and tip, oldest to newest, so
+    versions can grow from it."""
+    if session.branch_tip_id is not None:
+        return
+    previous: int | None = None
+    for message in session.messages.order_by("created_at", "id"):
+        if message.parent_id != previous:
+            Message.objects.filter(id=message.id).update(parent_id=previous)
+        previous = message.id
+    if previous is not None:
+        session.branch_tip_id = previous
+        session.save(update_fields=["branch_tip"])
+
+
+def versions_of(*, session: ChatSession) -> dict[int | None, list[int]]:
+    """Each parent's children, oldest first: the versions of the turn that follows it."""
+    children: dict[int | None, list[int]] = {}
+    for message_id, parent_id in session.messages.order_by("id").values_list("id", "parent_id"):
+        children.setdefault(parent_id, []).append(message_id)
+    return children
+
+
+def branch_data(*, session: ChatSession) -> list[dict[str, Any]]:
+    """The shown branch as message objects, each with the ids of its versions."""
+    if session.branch_tip_id is None:
+        return [
+            message_data(m, versions=[m.id])
+            for m in branch_messages(session=session)
+            if m.role != Message.Role.SYSTEM
+        ]
+    children = versions_of(session=session)
+    return [
+        message_data(m, versions=children.get(m.parent_id, [m.id]))
+        for m in branch_messages(session=session)
+        if m.role != Message.Role.SYSTEM
+    ]
+
+
+@transaction.atomic
+def branch_switch(
+    *, user: User, tenant: Tenant, session_id: uuid.UUID, message_id: Any
+) -> ChatSession:
+    """Show another version of a message: the branch then runs through it and on down the
+    newest conversation that followed it. Nothing is deleted."""
+    session = session_get(user=user, session_id=session_id, tenant=tenant)
+    session = ChatSession.objects.select_for_update().select_related("tenant").get(id=session.id)
+    _no_reply_in_progress(session)
+    _chain_straight(session)
+    if not isinstance(message_id, int) or isinstance(message_id, bool):
+        raise ChatError("not_found", "No such message in this conversation.")
+    if not session.messages.filter(id=message_id).exists():
+        raise ChatError("not_found", "No such message in this conversation.")
+    children = versions_of(session=session)
+    node = message_id
+    while children.get(node):
+        node = children[node][-1]
+    session.branch_tip_id = node
+    session.save(update_fields=["branch_tip"])
+    return session
+
+
 def conversation_for(
     *, session: ChatSession, before: Message | None = None, through: Message | None = None
 ) -> list[ChatMessage]:
-    """What the model sees: the tenant's system prompt, then the kept turns in order (those
-    before `before`, or up to and including `through`, when given)."""
+    """What the model sees: the tenant's system prompt, then the kept turns of the chosen
+    branch in order (those before `before`, or up to and including `through`, when given).
+    Other versions never reach the model."""
     history: list[ChatMessage] = []
     if session.tenant.system_prompt.strip():
         history.append(ChatMessage("system", session.tenant.system_prompt))
-    messages = session.messages.order_by("created_at", "id")
+    messages = branch_messages(session=session)
+    ids = [m.id for m in messages]
     if before is not None:
-        messages = messages.filter(id__lt=before.id)
+        messages = messages[: ids.index(before.id)] if before.id in ids else messages
     if through is not None:
-        messages = messages.filter(id__lte=through.id)
+        messages = messages[: ids.index(through.id) + 1] if through.id in ids else messages
     for message in messages:
         if message.status == Message.Status.ERROR or message.status == Message.Status.STREAMING:
             continue
@@ -236,11 +320,8 @@ class Turn:
     reply: Message
     conversation: list[ChatMessage]
     session_created: bool = False
-
-
-def _touch(session: ChatSession) -> None:
-    session.updated_at = timezone.now()
-    session.save(update_fields=["updated_at"])
+    # The ids of the versions of user_message and of reply (each including itself).
+    versions: dict[int, list[int]] = field(default_factory=dict)
 
 
 # A live reply is written to at least every REPLY_KEEPALIVE_SECONDS by the web process that
@@ -296,7 +377,8 @@ def turn_prepare_send(
 
 
 def turn_prepare_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> TurnPlan:
-    """Ask again for the last user message (its later replies are dropped when it starts)."""
+    """Ask again for the last user message of the branch: the new reply is another version
+    beside the earlier ones."""
     session, last_user = _last_user_message(
         user=user,
         tenant=tenant,
@@ -310,7 +392,8 @@ def turn_prepare_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID
 def turn_prepare_edit(
     *, user: User, tenant: Tenant, session_id: uuid.UUID, content: Any
 ) -> TurnPlan:
-    """Replace the last user message's text and answer it afresh."""
+    """Answer an edited copy of the last user message of the branch: the copy is another
+    version of that message, the original and what followed it are kept."""
     content = check_message_content(content)
     session, last_user = _last_user_message(
         user=user,
@@ -330,11 +413,13 @@ def turn_prepare_edit(
 def _last_user_message(
     *, user: User, tenant: Tenant, session_id: uuid.UUID, missing: ChatError
 ) -> tuple[ChatSession, Message]:
-    """The session (idle) and its last user message, the one regenerate and edit act on."""
+    """The session (idle) and the last user message of its branch, the one regenerate and edit
+    act on."""
     session = session_get(user=user, session_id=session_id, tenant=tenant)
     _no_reply_in_progress(session)
-    last_user = (
-        session.messages.filter(role=Message.Role.USER).order_by("-created_at", "-id").first()
+    last_user = next(
+        (m for m in reversed(branch_messages(session=session)) if m.role == Message.Role.USER),
+        None,
     )
     if last_user is None:
         raise missing
@@ -355,24 +440,44 @@ def turn_start(*, plan: TurnPlan) -> Turn:
             ChatSession.objects.select_for_update().select_related("tenant").get(id=plan.session.id)
         )
         _no_reply_in_progress(session)
+        _chain_straight(session)
+        if plan.last_user is not None:
+            plan.last_user.refresh_from_db()
     if plan.kind is TurnKind.SEND:
         user_message = Message.objects.create(
-            session=session, role=Message.Role.USER, content=plan.content
+            session=session,
+            parent_id=session.branch_tip_id,
+            role=Message.Role.USER,
+            content=plan.content,
+        )
+    elif plan.kind is TurnKind.EDIT:
+        assert plan.last_user is not None
+        user_message = Message.objects.create(
+            session=session,
+            parent_id=plan.last_user.parent_id,
+            role=Message.Role.USER,
+            content=plan.content,
         )
     else:
         assert plan.last_user is not None
         user_message = plan.last_user
-        if plan.kind is TurnKind.EDIT:
-            session.messages.filter(id__gt=user_message.id).delete()
-            user_message.content = plan.content
-            user_message.save(update_fields=["content", "updated_at"])
-        else:
-            session.messages.filter(role=Message.Role.ASSISTANT, id__gt=user_message.id).delete()
+        # A failed reply with no text is no version worth flipping back to.
+        user_message.children.filter(status=Message.Status.ERROR, content="").delete()
     reply = Message.objects.create(
-        session=session, role=Message.Role.ASSISTANT, status=Message.Status.STREAMING
+        session=session,
+        parent=user_message,
+        role=Message.Role.ASSISTANT,
+        status=Message.Status.STREAMING,
     )
-    _touch(session)
-    return Turn(session, user_message, reply, plan.conversation, created)
+    session.branch_tip = reply
+    session.updated_at = timezone.now()
+    session.save(update_fields=["branch_tip", "updated_at"])
+    children = versions_of(session=session)
+    versions = {
+        user_message.id: children.get(user_message.parent_id, [user_message.id]),
+        reply.id: children.get(user_message.id, [reply.id]),
+    }
+    return Turn(session, user_message, reply, plan.conversation, created, versions)
 
 
 def message_send(*, user: User, tenant: Tenant, session_id: uuid.UUID | None, content: Any) -> Turn:
@@ -498,9 +603,10 @@ def replies_interrupt_stale(
     )
 
 
-def message_data(message: Message) -> dict[str, Any]:
-    """The message object of docs/websocket.md, so stored and streamed messages render alike."""
-    return {
+def message_data(message: Message, versions: list[int] | None = None) -> dict[str, Any]:
+    """The message object of docs/websocket.md, so stored and streamed messages render alike;
+    `versions` (the ids of this message's versions, itself included) when known."""
+    data: dict[str, Any] = {
         "id": message.id,
         "role": message.role,
         "content": message.content,
@@ -513,6 +619,9 @@ def message_data(message: Message) -> dict[str, Any]:
         "ttft_ms": message.ttft_ms,
         "created_at": message.created_at.isoformat(),
     }
+    if versions is not None:
+        data["versions"] = versions
+    return data
 
 
 # --- cached replies ------------------------------------------------------------------------

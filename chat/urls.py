@@ -10,6 +10,7 @@ urlpatterns = [
     path("sessions/", views.session_list, name="session_list"),
     path("sessions/<uuid:session_id>/rename", views.session_rename, name="session_rename"),
     path("sessions/<uuid:session_id>/archive", views.session_archive, name="session_archive"),
+    path("sessions/<uuid:session_id>/branch", views.session_branch, name="session_branch"),
     path("sessions/<uuid:session_id>/restore", views.session_restore, name="session_restore"),
     path("sessions/<uuid:session_id>/delete", views.session_delete, name="session_delete"),
     path("tenant/switch", views.tenant_switch, name="tenant_switch"),

@@ -25,7 +25,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from chat import services
-from chat.models import ChatSession, Message
+from chat.models import ChatSession
 from chat.services import ChatError
 from qassist.errors import json_error
 from tenants.models import Membership
@@ -135,8 +135,7 @@ def session_data(session: ChatSession) -> dict[str, Any]:
 
 
 def _visible_messages(session: ChatSession) -> list[dict[str, Any]]:
-    messages = session.messages.exclude(role=Message.Role.SYSTEM).order_by("created_at", "id")
-    return [services.message_data(m) for m in messages]
+    return services.branch_data(session=session)
 
 
 # --- pages -----------------------------------------------------------------------------------
@@ -185,6 +184,7 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
             "rename": reverse("chat:session_rename", args=[PLACEHOLDER_ID]),
             "archive": reverse("chat:session_archive", args=[PLACEHOLDER_ID]),
             "restore": reverse("chat:session_restore", args=[PLACEHOLDER_ID]),
+            "branch": reverse("chat:session_branch", args=[PLACEHOLDER_ID]),
             "delete": reverse("chat:session_delete", args=[PLACEHOLDER_ID]),
             "login": reverse("login"),
         },
@@ -250,6 +250,23 @@ def session_archive(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse
     session = _own_session(request, session_id)
     services.session_archive(session=session)
     return JsonResponse({"archived": True, "id": str(session.id)})
+
+
+@json_endpoint
+@require_POST
+def session_branch(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
+    """Show another version of a message (`{"message": id}`): the conversation then follows
+    that version. Answers with the branch now shown, like the messages endpoint."""
+    membership = _current_membership(request)
+    if membership is None:
+        return _json_error("no_tenant", "You are not a member of any active tenant.", 403)
+    session = services.branch_switch(
+        user=_user(request),
+        tenant=membership.tenant,
+        session_id=session_id,
+        message_id=_payload(request).get("message"),
+    )
+    return JsonResponse({"session": session_data(session), "messages": _visible_messages(session)})
 
 
 @json_endpoint

@@ -262,6 +262,7 @@
       if (!actions) return;
       const m = el._message || {};
       const buttons = [];
+      if (m.versions && m.versions.length > 1) buttons.push(versionSwitcher(el, m, canAct));
       if (m.content && m.status !== "streaming") {
         const copy = iconButton("copy", "Copy", async () => {
           if (await md.copyText(el._message.content)) md.flashCopied(copy, false);
@@ -274,6 +275,52 @@
       }
       actions.replaceChildren(...buttons);
     });
+  }
+
+  /** "‹ 2 / 3 ›": flip between the versions of a regenerated reply or an edited message. */
+  function versionSwitcher(el, m, enabled) {
+    const index = m.versions.indexOf(m.id);
+    const box = document.createElement("span");
+    box.className = "versions";
+    const step = (delta, label, glyph) => {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "icon-btn version-" + (delta < 0 ? "prev" : "next");
+      button.setAttribute("aria-label", label);
+      button.title = label;
+      button.textContent = glyph;
+      const target = m.versions[index + delta];
+      button.disabled = !enabled || target === undefined;
+      button.addEventListener("click", () => switchVersion(el, target, button.classList[1]));
+      return button;
+    };
+    const count = document.createElement("span");
+    count.className = "version-count";
+    count.setAttribute("aria-hidden", "true");
+    count.textContent = index + 1 + " / " + m.versions.length;
+    const spoken = document.createElement("span");
+    spoken.className = "visually-hidden";
+    spoken.textContent = "Version " + (index + 1) + " of " + m.versions.length;
+    box.append(step(-1, "Previous version", "‹"), count, spoken, step(1, "Next version", "›"));
+    return box;
+  }
+
+  async function switchVersion(el, targetId, buttonClass) {
+    if (state.busy || !state.sessionId || targetId === undefined) return;
+    const position = Array.from(els.messages.children).indexOf(el);
+    let body = null;
+    try {
+      body = await postJSON(urlFor("branch", state.sessionId), { message: targetId });
+    } catch (error) {
+      showNotice("error", "Could not show that version: " + error.message);
+      return;
+    }
+    if (state.busy) return; // a reply started meanwhile: its frames redraw the thread
+    renderThread(body.messages);
+    const same = els.messages.children[position];
+    const button = same && (same.querySelector("." + buttonClass + ":not(:disabled)") || same.querySelector(".versions button:not(:disabled)"));
+    if (button) button.focus();
+    announce("Showing version " + (body.messages[position].versions.indexOf(body.messages[position].id) + 1) + " of " + body.messages[position].versions.length);
   }
 
   // --- scrolling ---------------------------------------------------------------------------
@@ -443,10 +490,13 @@
     const pendingEl = state.pending && state.pending.kind === "send" ? state.pending.el : null;
     const userEl = messageEl(f.user_message, false);
     const existing = findMsg(f.user_message.id);
-    if (existing) {
-      // Regenerate or edit: what followed the user message is gone on the server too.
-      while (existing.nextElementSibling) existing.nextElementSibling.remove();
-      existing.replaceWith(userEl);
+    const edited = state.pending && state.pending.kind === "edit" ? state.pending.el : null;
+    if (existing || (edited && edited.isConnected)) {
+      // Regenerate or edit: a new version of the reply (or of the message and its reply)
+      // takes the place of what followed; the earlier ones are a click away.
+      const anchor = existing || edited;
+      while (anchor.nextElementSibling) anchor.nextElementSibling.remove();
+      anchor.replaceWith(userEl);
     } else if (pendingEl && pendingEl.isConnected) {
       pendingEl.replaceWith(userEl);
     } else {
@@ -487,9 +537,11 @@
   }
 
   function onReplyDone(f) {
-    const m = f.reply;
     const r = state.reply;
-    const el = r && r.id === m.id ? r.el : findMsg(m.id);
+    const el = r && r.id === f.reply.id ? r.el : findMsg(f.reply.id);
+    // reply.done carries no versions: they are the ones reply.start gave.
+    const m = Object.assign({ versions: el && el._message ? el._message.versions : undefined }, f.reply);
+    if (!m.versions) delete m.versions;
     if (r && r.frame) cancelAnimationFrame(r.frame);
     const stick = nearBottom();
     if (el) updateAssistant(el, m, false);

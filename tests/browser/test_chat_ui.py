@@ -215,6 +215,72 @@ def test_regenerate_replaces_the_last_reply(browsing: Browsing) -> None:
     assert page.locator(f'#messages .msg-assistant[data-id="{second["id"]}"]').count() == 1
 
 
+def versions_of(b: Browsing, selector: str) -> str:
+    return str(b.page.locator(f"{selector} .version-count").inner_text())
+
+
+def test_versions_after_regenerate_and_edit_can_be_flipped(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    page.evaluate(WATCH_STREAM, True)
+    send(b, "Name one colour.")
+    first = b.wait_for_frame("reply.done")["reply"]
+    page.wait_for_selector("#messages .msg-assistant .regenerate")
+    page.click("#messages .msg-assistant .regenerate")
+    second = b.wait_for_frame("reply.done", count=2)["reply"]
+    reply = "#messages .msg-assistant"
+    page.wait_for_selector(f'{reply}[data-id="{second["id"]}"] .versions')
+    assert versions_of(b, reply) == "2 / 2"
+
+    page.click(f"{reply} button[aria-label='Previous version']")
+    page.wait_for_selector(f'{reply}[data-id="{first["id"]}"]')
+    assert versions_of(b, reply) == "1 / 2"
+    assert page.locator(reply).count() == 1
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Next version"
+    page.screenshot(path=str(ARTIFACTS / "versions-reply-1-of-2.png"))
+    page.click(f"{reply} button[aria-label='Next version']")
+    page.wait_for_selector(f'{reply}[data-id="{second["id"]}"]')
+
+    # Edit the question: a second version of it, with its own reply.
+    page.click("#messages .msg-user .msg-actions button[aria-label='Edit and resend']")
+    page.fill("#messages .msg-user .editor textarea", "Name one fruit.")
+    page.click("#messages .msg-user .editor .btn-primary")
+    third = b.wait_for_frame("reply.done", count=3)["reply"]
+    page.wait_for_selector(f'{reply}[data-id="{third["id"]}"]:not(.streaming)')
+    user = "#messages .msg-user"
+    assert versions_of(b, user) == "2 / 2"
+    assert page.locator(f"{reply} .versions").count() == 0  # the new question has one reply
+    assert page.locator(f"{user} .bubble").inner_text() == "Name one fruit."
+
+    # Back to the first question: the conversation that followed it comes back, both replies.
+    page.click(f"{user} button[aria-label='Previous version']")
+    page.wait_for_selector(f"{user} .bubble >> text=Name one colour.")
+    page.wait_for_selector(f'{reply}[data-id="{second["id"]}"]')
+    assert versions_of(b, user) == "1 / 2"
+    assert versions_of(b, reply) == "2 / 2"
+    page.screenshot(path=str(ARTIFACTS / "versions-question-1-of-2.png"))
+
+    # The choice is the server's: a reload shows the same branch.
+    page.reload()
+    page.wait_for_selector(f'{reply}[data-id="{second["id"]}"]')
+    assert page.locator(f"{user} .bubble").inner_text() == "Name one colour."
+    session_id = b.frames.of("reply.start")[0]["session"]["id"]
+    stored = page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
+    assert [m["id"] for m in stored] == [
+        b.frames.of("reply.start")[0]["user_message"]["id"],
+        second["id"],
+    ]
+
+    # A new message goes on from the version shown; the model saw that branch only.
+    send(b, "And another?")
+    start = b.wait_for_frame("reply.start", count=4)
+    b.wait_for_frame("reply.done", count=4)
+    assert start["user_message"]["content"] == "And another?"
+    stored = page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
+    assert [m["content"] for m in stored][:1] == ["Name one colour."]
+    assert "Name one fruit." not in [m["content"] for m in stored]
+
+
 def test_edit_and_resend_answers_the_new_text(browsing: Browsing) -> None:
     b, page = browsing, browsing.page
     b.login("alice")

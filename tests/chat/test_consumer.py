@@ -15,6 +15,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
+from chat import services
 from chat.models import CachedReply, ChatSession, Message
 from inference.local import LocalEngineClient
 from inference.service import set_engine_client
@@ -203,47 +204,78 @@ async def test_a_disconnect_mid_reply_keeps_the_partial_text(
     assert len(fake.runner.released) == 1
 
 
-async def test_regenerate_replaces_the_last_reply(
+async def test_regenerate_keeps_the_earlier_reply_as_a_version(
     engine: FakeEngine, member: User, tenant: Tenant
 ) -> None:
     socket = await connected_as(member)
     first = await ask(socket, "question")
     session_id = first[0]["session"]["id"]
     old_reply_id = first[-1]["reply"]["id"]
+    assert first[0]["reply"]["versions"] == [old_reply_id]
 
     await socket.send_json_to({"type": "chat.regenerate", "session": session_id})
     frames = await until_done(socket)
 
     assert frames[0]["type"] == "reply.start"
     assert frames[0]["user_message"]["id"] == first[0]["user_message"]["id"]
-    assert frames[-1]["reply"]["id"] != old_reply_id
+    new_reply_id = frames[-1]["reply"]["id"]
+    assert new_reply_id != old_reply_id
+    assert frames[0]["reply"]["versions"] == [old_reply_id, new_reply_id]
     assert joined(frames) == "echo: question"
     assert await messages_of(session_id) == [
         ("user", "question", "complete"),
+        ("assistant", "echo: question", "complete"),
         ("assistant", "echo: question", "complete"),
     ]
     await socket.disconnect()
 
 
-async def test_edit_replaces_the_last_user_message_and_answers_it(
+async def test_edit_answers_a_new_version_of_the_last_user_message(
     engine: FakeEngine, member: User, tenant: Tenant
 ) -> None:
     socket = await connected_as(member)
     first = await ask(socket, "frist question")
     session_id = first[0]["session"]["id"]
+    original_id = first[0]["user_message"]["id"]
 
     await socket.send_json_to(
         {"type": "chat.edit", "session": session_id, "content": "first question"}
     )
     frames = await until_done(socket)
 
-    assert frames[0]["user_message"]["id"] == first[0]["user_message"]["id"]
-    assert frames[0]["user_message"]["content"] == "first question"
+    edited = frames[0]["user_message"]
+    assert edited["id"] != original_id
+    assert edited["content"] == "first question"
+    assert edited["versions"] == [original_id, edited["id"]]
     assert joined(frames) == "echo: first question"
     assert await messages_of(session_id) == [
+        ("user", "frist question", "complete"),
+        ("assistant", "echo: frist question", "complete"),
         ("user", "first question", "complete"),
         ("assistant", "echo: first question", "complete"),
     ]
+    await socket.disconnect()
+
+
+async def test_the_model_sees_only_the_chosen_branch(
+    engine: FakeEngine, member: User, tenant: Tenant
+) -> None:
+    socket = await connected_as(member)
+    first = await ask(socket, "one")
+    session_id = first[0]["session"]["id"]
+    await socket.send_json_to({"type": "chat.edit", "session": session_id, "content": "uno"})
+    await until_done(socket)
+    # Back to the first version, then on from there.
+    await database_sync_to_async(services.branch_switch)(
+        user=member,
+        tenant=tenant,
+        session_id=uuid.UUID(session_id),
+        message_id=first[0]["user_message"]["id"],
+    )
+    await ask(socket, "two", session=session_id)
+    prompts = list(engine.runner.prompts)
+    assert prompts[-1] == "<user>one\n<assistant>echo: one\n<user>two\n<assistant>"
+    assert "uno" not in prompts[-1]
     await socket.disconnect()
 
 

@@ -129,24 +129,109 @@ def test_a_failed_reply_with_text_keeps_the_text(member, tenant):
     assert reply.error == "worker stopped"
 
 
-def test_regenerate_replaces_the_last_reply(member, tenant):
+def test_regenerate_keeps_the_earlier_reply_as_a_version(member, tenant):
     turn = send(member, tenant, "question")
     services.reply_finish(reply_id=turn.reply.id, content="meh", finish_reason="stop")
     again = services.message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
-    assert not Message.objects.filter(id=turn.reply.id).exists()
+    assert Message.objects.get(id=turn.reply.id).content == "meh"
     assert again.user_message.id == turn.user_message.id
+    assert again.versions[again.reply.id] == [turn.reply.id, again.reply.id]
     assert [m.content for m in again.conversation] == ["question"]
+    again.session.refresh_from_db()
+    assert [m.id for m in services.branch_messages(session=again.session)] == [
+        turn.user_message.id,
+        again.reply.id,
+    ]
 
 
-def test_edit_rewrites_the_last_user_message_and_answers_it_afresh(member, tenant):
+def test_a_failed_empty_reply_is_not_kept_as_a_version(member, tenant):
+    turn = send(member, tenant, "question")
+    services.reply_finish(reply_id=turn.reply.id, content="", finish_reason="error", error="x")
+    again = services.message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
+    assert not Message.objects.filter(id=turn.reply.id).exists()
+    assert again.versions[again.reply.id] == [again.reply.id]
+
+
+def test_edit_answers_a_new_version_and_keeps_the_original(member, tenant):
     turn = send(member, tenant, "teh question")
     services.reply_finish(reply_id=turn.reply.id, content="?", finish_reason="stop")
     edited = services.message_edit_last(
         tenant=tenant, user=member, session_id=turn.session.id, content="the question"
     )
     assert edited.user_message.content == "the question"
+    assert edited.user_message.id != turn.user_message.id
+    assert edited.versions[edited.user_message.id] == [turn.user_message.id, edited.user_message.id]
     assert [m.content for m in edited.conversation] == ["the question"]
-    assert Message.objects.filter(session=turn.session).count() == 2
+    assert Message.objects.get(id=turn.user_message.id).content == "teh question"
+    assert Message.objects.filter(session=turn.session).count() == 4
+
+
+def finished(turn, content):
+    services.reply_finish(reply_id=turn.reply.id, content=content, finish_reason="stop")
+    return turn
+
+
+def test_switching_versions_follows_the_conversation_after_each(member, tenant):
+    # one → A1, two → B1; then "one" edited to "uno" → A2; versions of the first message.
+    first = finished(send(member, tenant, "one"), "A1")
+    sid = first.session.id
+    finished(send(member, tenant, "two", session_id=sid), "B1")
+    edited = finished(
+        services.message_edit_last(tenant=tenant, user=member, session_id=sid, content="deux"),
+        "B2",
+    )
+    session = services.branch_switch(
+        user=member, tenant=tenant, session_id=sid, message_id=first.user_message.id
+    )
+    assert [m.content for m in services.branch_messages(session=session)] == [
+        "one",
+        "A1",
+        "deux",
+        "B2",
+    ]
+    # The second turn's first version, and the conversation after it.
+    session = services.branch_switch(
+        user=member,
+        tenant=tenant,
+        session_id=sid,
+        message_id=edited.versions[edited.user_message.id][0],
+    )
+    data = services.branch_data(session=session)
+    assert [m["content"] for m in data] == ["one", "A1", "two", "B1"]
+    assert data[2]["versions"] == edited.versions[edited.user_message.id]
+    assert [c.content for c in services.conversation_for(session=session)] == [
+        "one",
+        "A1",
+        "two",
+        "B1",
+    ]
+    # A new message continues the branch shown.
+    third = send(member, tenant, "three", session_id=sid)
+    assert [c.content for c in third.conversation] == ["one", "A1", "two", "B1", "three"]
+    assert third.user_message.parent_id == data[-1]["id"]
+
+
+@pytest.mark.parametrize("message_id", [None, "1", True, 10_000])
+def test_switching_to_a_message_not_in_the_session_is_refused(member, tenant, message_id):
+    turn = finished(send(member, tenant, "one"), "A1")
+    with pytest.raises(ChatError) as err:
+        services.branch_switch(
+            user=member, tenant=tenant, session_id=turn.session.id, message_id=message_id
+        )
+    assert err.value.code == "not_found"
+
+
+def test_another_users_message_cannot_be_switched_to(member, owner, tenant):
+    mine = finished(send(member, tenant, "one"), "A1")
+    theirs = finished(send(owner, tenant, "secret"), "S")
+    with pytest.raises(ChatError):
+        services.branch_switch(
+            user=member, tenant=tenant, session_id=mine.session.id, message_id=theirs.reply.id
+        )
+    with pytest.raises(Http404):
+        services.branch_switch(
+            user=member, tenant=tenant, session_id=theirs.session.id, message_id=theirs.reply.id
+        )
 
 
 def cached(tenant=None, question="What is the VPN address?", answer="vpn.acme.example", **kw):
@@ -311,3 +396,23 @@ def test_archived_sessions_are_found_only_for_their_owner_in_a_tenant_they_are_i
     member.memberships.all().delete()
     with pytest.raises(Http404):
         services.archived_session_get(user=member, session_id=turn.session.id)
+
+
+def test_the_migration_turns_existing_conversations_into_one_straight_branch(member, tenant):
+    import importlib
+
+    from django.apps import apps
+
+    from chat.models import ChatSession
+
+    migration = importlib.import_module("chat.migrations.0004_message_versions")
+    session = ChatSession.objects.create(user=member, tenant=tenant, title="old")
+    old = [
+        Message.objects.create(session=session, role=role, content=content)
+        for role, content in [("user", "q1"), ("assistant", "a1"), ("user", "q2")]
+    ]
+    migration.chain_existing(apps, None)
+    session.refresh_from_db()
+    assert session.branch_tip_id == old[-1].id
+    assert [m.parent_id for m in Message.objects.order_by("id")] == [None, old[0].id, old[1].id]
+    assert [m.content for m in services.branch_messages(session=session)] == ["q1", "a1", "q2"]

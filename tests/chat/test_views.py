@@ -379,6 +379,7 @@ def test_the_messages_endpoint_returns_what_is_stored(member: User, tenant: Tena
         "completion_tokens",
         "ttft_ms",
         "created_at",
+        "versions",
     }
 
 
@@ -594,3 +595,37 @@ def test_a_stale_tenant_in_the_session_falls_back_to_the_users_first(
 
     assert response.context["tenant"] == tenant
     assert client.session["tenant"] == "acme"
+
+
+def test_switching_a_version_answers_with_the_branch_now_shown(
+    member: User, tenant: Tenant
+) -> None:
+    from chat import services
+
+    first = services.message_send(user=member, tenant=tenant, session_id=None, content="one")
+    services.reply_finish(reply_id=first.reply.id, content="A1", finish_reason="stop")
+    again = services.message_regenerate(user=member, tenant=tenant, session_id=first.session.id)
+    services.reply_finish(reply_id=again.reply.id, content="A2", finish_reason="stop")
+    client = logged_in(member)
+    url = reverse("chat:session_branch", args=[first.session.id])
+
+    response = post_json(client, url, {"message": first.reply.id})
+
+    assert response.status_code == 200
+    messages = response.json()["messages"]
+    assert [m["content"] for m in messages] == ["one", "A1"]
+    assert messages[1]["versions"] == [first.reply.id, again.reply.id]
+    page = page_data(client.get(reverse("chat:conversation", args=[first.session.id])))
+    assert [m["content"] for m in page["messages"]] == ["one", "A1"]
+    assert post_json(client, url, {"message": "x"}).status_code == 400
+    assert post_json(logged_in(member), url, {}).json()["error"]["code"] == "not_found"
+
+
+def test_another_users_session_cannot_be_switched(
+    member: User, owner: User, tenant: Tenant
+) -> None:
+    from chat import services
+
+    theirs = services.message_send(user=owner, tenant=tenant, session_id=None, content="s")
+    url = reverse("chat:session_branch", args=[theirs.session.id])
+    assert post_json(logged_in(member), url, {"message": theirs.reply.id}).status_code == 404
