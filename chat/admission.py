@@ -97,6 +97,33 @@ def check_conversation_size(conversation: Sequence[ChatMessage]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Room:
+    """How much of the model's window a conversation takes, by admit's own rule: what the
+    page's counter shows while the user types (`tokens` is None when the text is too long to
+    be worth counting)."""
+
+    chars: int
+    char_limit: int
+    tokens: int | None
+    token_limit: int
+
+    @property
+    def fits(self) -> bool:
+        return self.chars <= self.char_limit and (
+            self.tokens is not None and self.tokens < self.token_limit
+        )
+
+
+def measure(conversation: Sequence[ChatMessage]) -> Room:
+    """The size `admit` would find for `conversation`; writes nothing, refuses nothing."""
+    chars = sum(len(m.content) for m in conversation)
+    char_limit = int(settings.QASSIST_MAX_CONVERSATION_CHARS)
+    counter = get_prompt_counter()
+    tokens = counter.count(conversation) if chars <= char_limit else None
+    return Room(chars, char_limit, tokens, counter.max_seq_tokens)
+
+
 def admit(
     *,
     principal: Principal,

@@ -376,6 +376,21 @@ def turn_prepare_send(
     return TurnPlan(TurnKind.SEND, user, tenant, session, conversation, content)
 
 
+def draft_conversations(
+    *, user: User, tenant: Tenant, session_id: uuid.UUID | None, content: str
+) -> tuple[list[ChatMessage], list[ChatMessage]]:
+    """What the model would read if `content` were sent now: in this conversation, and alone
+    in a new one (the way out when the history is what makes it too long). Stores nothing."""
+    alone = []
+    if tenant.system_prompt.strip():
+        alone.append(ChatMessage("system", tenant.system_prompt))
+    alone.append(ChatMessage("user", content))
+    if session_id is None:
+        return alone, alone
+    session = session_get(user=user, session_id=session_id, tenant=tenant)
+    return [*conversation_for(session=session), ChatMessage("user", content)], alone
+
+
 def turn_prepare_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> TurnPlan:
     """Ask again for the last user message of the branch: the new reply is another version
     beside the earlier ones."""

@@ -8,6 +8,7 @@ urlpatterns = [
     path("c/<uuid:session_id>/", views.conversation, name="conversation"),
     path("c/<uuid:session_id>/messages", views.session_messages, name="messages"),
     path("sessions/", views.session_list, name="session_list"),
+    path("sessions/measure", views.draft_measure, name="draft_measure"),
     path("sessions/<uuid:session_id>/rename", views.session_rename, name="session_rename"),
     path("sessions/<uuid:session_id>/archive", views.session_archive, name="session_archive"),
     path("sessions/<uuid:session_id>/branch", views.session_branch, name="session_branch"),

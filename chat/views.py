@@ -24,7 +24,7 @@ from django.templatetags.static import static
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from chat import services
+from chat import admission, services
 from chat.models import ChatSession
 from chat.services import ChatError
 from qassist.errors import json_error
@@ -185,6 +185,7 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
             "archive": reverse("chat:session_archive", args=[PLACEHOLDER_ID]),
             "restore": reverse("chat:session_restore", args=[PLACEHOLDER_ID]),
             "branch": reverse("chat:session_branch", args=[PLACEHOLDER_ID]),
+            "measure": reverse("chat:draft_measure"),
             "delete": reverse("chat:session_delete", args=[PLACEHOLDER_ID]),
             "login": reverse("login"),
         },
@@ -250,6 +251,40 @@ def session_archive(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse
     session = _own_session(request, session_id)
     services.session_archive(session=session)
     return JsonResponse({"archived": True, "id": str(session.id)})
+
+
+@json_endpoint
+@require_POST
+def draft_measure(request: HttpRequest) -> HttpResponse:
+    """How much of the model's window the message being typed would take, with the
+    conversation so far: `{session, content}` → `{tokens, token_limit, chars, char_limit,
+    message_chars, message_char_limit, fits, fits_alone}`. Stores nothing."""
+    membership = _current_membership(request)
+    if membership is None:
+        return _json_error("no_tenant", "You are not a member of any active tenant.", 403)
+    payload = _payload(request)
+    content = payload.get("content")
+    if not isinstance(content, str):
+        raise BadRequest("invalid_message", "Give the message as text.")
+    session_id = services.check_session_id(payload.get("session"))
+    in_session, alone = services.draft_conversations(
+        user=_user(request), tenant=membership.tenant, session_id=session_id, content=content
+    )
+    room = admission.measure(in_session)
+    fits_alone = room.fits if session_id is None else admission.measure(alone).fits
+    message_ok = len(content) <= services.MAX_MESSAGE_CHARS
+    return JsonResponse(
+        {
+            "tokens": room.tokens,
+            "token_limit": room.token_limit,
+            "chars": room.chars,
+            "char_limit": room.char_limit,
+            "message_chars": len(content),
+            "message_char_limit": services.MAX_MESSAGE_CHARS,
+            "fits": room.fits and message_ok,
+            "fits_alone": fits_alone and message_ok,
+        }
+    )
 
 
 @json_endpoint

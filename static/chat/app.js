@@ -26,6 +26,8 @@
     listEmpty: $("session-empty"),
     search: $("session-search"),
     announcer: $("announcer"),
+    room: $("room"),
+    roomText: $("room-text"),
   };
   const csrfToken = document.querySelector("input[name=csrfmiddlewaretoken]").value;
   const urlFor = (name, id) => data.urls[name].replace(data.placeholderId, id);
@@ -48,6 +50,7 @@
     noticeTimer: 0,
     sessions: [],
     query: "",
+    room: null, // the last measure of the composer's text: {content, tokens, token_limit, fits, ...}
     archivedView: false, // the sidebar lists archived conversations
     readOnly: !!(data.session && data.session.archived), // this page shows an archived one
   };
@@ -346,7 +349,102 @@
     els.stop.hidden = !streaming;
     els.stop.disabled = false;
     els.send.hidden = streaming;
-    els.send.disabled = state.busy || !state.connected || !els.input.value.trim();
+    const tooLong = !!(state.room && state.room.content === els.input.value && !state.room.fits);
+    els.send.disabled = state.busy || !state.connected || !els.input.value.trim() || tooLong;
+  }
+
+  // --- room left: the counter under the composer --------------------------------------------
+
+  const ROOM_SHOW_SHARE = 0.5; // the counter appears once half the model's window is used
+  const ROOM_SHOW_CHARS = 4000; // ... or for a long message, whatever the window
+  const DRAFT_KEY = "qassist.draft"; // a message carried over to a new conversation
+  let measureTimer = 0;
+  let measureSeq = 0;
+  const fmt = (n) => Number(n).toLocaleString("en-US");
+
+  /** Measure what the composer holds against the model's window, shortly after typing stops. */
+  function scheduleMeasure(now) {
+    clearTimeout(measureTimer);
+    const content = els.input.value;
+    if (!content.trim()) {
+      state.room = null;
+      renderRoom();
+      return;
+    }
+    if (content.length > data.maxMessageChars) {
+      // Over the message limit: no need to ask the server to count it.
+      state.room = { content, message_chars: content.length, message_char_limit: data.maxMessageChars, tokens: null, fits: false, fits_alone: false };
+      renderRoom();
+      return;
+    }
+    measureTimer = setTimeout(measureNow, now ? 0 : 250);
+  }
+
+  async function measureNow() {
+    const seq = ++measureSeq;
+    const content = els.input.value;
+    let room = null;
+    try {
+      room = await postJSON(data.urls.measure, { session: state.sessionId, content });
+    } catch (_) {
+      return; // the counter is a help; the server still refuses a turn that does not fit
+    }
+    if (seq !== measureSeq || content !== els.input.value) return;
+    room.content = content;
+    state.room = room;
+    renderRoom();
+  }
+
+  function tooLongText(r) {
+    if (r.serverText) return r.serverText;
+    if (r.message_chars > r.message_char_limit) {
+      return "This message is " + fmt(r.message_chars) + " characters long; a message holds at most " + fmt(r.message_char_limit) + ". Shorten it to send it.";
+    }
+    const withHistory = !!state.sessionId;
+    const size = r.tokens === null ? "too long" : fmt(r.tokens) + " tokens";
+    if (withHistory && r.fits_alone) {
+      return "With the conversation so far this comes to " + size + "; the model reads " + fmt(r.token_limit) + " at most. Shorten the message, or start a new conversation with it.";
+    }
+    return "This message comes to " + size + "; the model reads " + fmt(r.token_limit) + " at most. Shorten it to send it.";
+  }
+
+  function renderRoom() {
+    const r = state.room && state.room.content === els.input.value ? state.room : null;
+    const box = els.room;
+    const wasOver = box.classList.contains("over");
+    if (!r) {
+      box.hidden = true;
+      box.classList.remove("over");
+      updateComposer();
+      return;
+    }
+    const newChat = $("room-new");
+    if (!r.fits) {
+      const text = tooLongText(r);
+      els.roomText.textContent = text;
+      box.classList.add("over");
+      newChat.hidden = !(state.sessionId && r.fits_alone);
+      box.hidden = false;
+      if (!wasOver) announce(text);
+    } else {
+      box.classList.remove("over");
+      newChat.hidden = true;
+      const share = r.tokens / r.token_limit;
+      box.hidden = share < ROOM_SHOW_SHARE && r.message_chars < ROOM_SHOW_CHARS;
+      els.roomText.textContent = fmt(r.tokens) + " of " + fmt(r.token_limit) + " tokens used, the conversation so far included";
+    }
+    updateComposer();
+  }
+
+  /** The way out when the history is what makes a message too long: a new conversation,
+   * the message waiting in its composer. */
+  function startNewWithDraft() {
+    try {
+      sessionStorage.setItem(DRAFT_KEY, els.input.value);
+    } catch (_) {
+      /* private mode: the text is not carried over */
+    }
+    location.assign(data.urls.index);
   }
 
   function setTitle(title) {
@@ -376,6 +474,12 @@
   function submitComposer() {
     const content = els.input.value;
     if (!content.trim() || state.busy) return;
+    if (state.room && state.room.content === content && !state.room.fits) {
+      announce(tooLongText(state.room)); // already shown under the composer: say it, send nothing
+      els.room.classList.add("shake");
+      setTimeout(() => els.room.classList.remove("shake"), 400);
+      return;
+    }
     if (!sendFrame({ type: "chat.send", session: state.sessionId, content })) return;
     state.busy = true;
     const el = messageEl({ id: "pending", role: "user", content }, false);
@@ -383,6 +487,8 @@
     els.messages.append(el);
     state.pending = { kind: "send", content, el };
     els.input.value = "";
+    state.room = null;
+    renderRoom();
     autosize();
     els.empty.hidden = true;
     clearNotice();
@@ -417,7 +523,6 @@
     const editor = div("editor");
     const area = document.createElement("textarea");
     area.value = m.content;
-    area.maxLength = data.maxMessageChars;
     area.setAttribute("aria-label", "Edit your message");
     const cancel = () => {
       editor.remove();
@@ -563,7 +668,7 @@
     quota_exceeded: { kind: "error", text: "Your workspace has used its token quota for this period. It renews at the start of the next one; an administrator can raise it." },
     worker_down: { kind: "error", text: "The model is not answering right now. Try again in a minute; if it keeps happening, tell your administrator.", retry: true },
     shutting_down: { kind: "warn", text: "The assistant restarted before the reply was finished. The text so far is kept.", retry: true },
-    prompt_too_long: { kind: "error", text: "This conversation is now too long for the model to read. Start a new chat, or edit your last message to make it shorter.", newChat: true },
+    prompt_too_long: { kind: "error", text: "This conversation is now too long for the model to read. Start a new conversation, or make your last message shorter.", newChat: true },
     busy_session: { kind: "warn", text: "A reply is still being written in this conversation (in another tab?). Wait for it, or stop it there." },
     busy_connection: { kind: "warn", text: "Wait for the reply, or stop it, before sending." },
     not_found: { kind: "error", text: "This conversation no longer exists.", newChat: true },
@@ -574,6 +679,17 @@
   function onError(f) {
     const spec = ERRORS[f.code] || { kind: "error", text: f.message || "Something went wrong." };
     const duringReply = f.reply_id !== undefined && f.reply_id !== null;
+    if (f.code === "prompt_too_long" && !duringReply && state.pending && state.pending.kind === "send") {
+      // Refused before anything was stored: the text goes back to the composer, whose counter
+      // says why and offers the way out. One message, not two.
+      restorePending();
+      if (!state.reply) state.busy = false;
+      state.room = { content: els.input.value, fits: false, fits_alone: !!state.sessionId, serverText: f.message };
+      renderRoom();
+      refreshActions();
+      scheduleMeasure(true); // the counter's own numbers replace the server's words
+      return;
+    }
     if (!duringReply && state.pending) {
       restorePending();
       if (!state.reply) state.busy = false;
@@ -588,7 +704,7 @@
       retry = { label: duringReply ? "Retry" : "Send again", onClick: () => (duringReply ? regenerate() : submitComposer()), primary: true };
       actions.push(retry);
     }
-    if (spec.newChat) actions.push({ label: "New chat", onClick: () => location.assign(data.urls.index) });
+    if (spec.newChat) actions.push({ label: "Start a new conversation", onClick: () => location.assign(data.urls.index) });
     const shown = showNotice(spec.kind, text, actions, "error");
     if (retry && f.retry_after) {
       const button = shown.buttons[0];
@@ -1007,7 +1123,9 @@
     els.input.addEventListener("input", () => {
       autosize();
       updateComposer();
+      scheduleMeasure(false);
     });
+    $("room-new").addEventListener("click", startNewWithDraft);
     els.stop.addEventListener("click", stop);
     document.addEventListener("keydown", (event) => {
       const inOtherField = event.target !== els.input && event.target.matches("input, textarea, select");
@@ -1083,6 +1201,17 @@
     }
     // Reloaded while a reply was streaming: the server is closing it; show the outcome.
     if (data.messages.some((m) => m.status === "streaming")) setTimeout(() => resync(1), 1200);
+    let draft = null;
+    try {
+      draft = sessionStorage.getItem(DRAFT_KEY);
+      sessionStorage.removeItem(DRAFT_KEY);
+    } catch (_) {
+      draft = null;
+    }
+    if (draft && !state.sessionId) {
+      els.input.value = draft;
+      scheduleMeasure(true);
+    }
     autosize();
     updateComposer();
     scrollToBottom();

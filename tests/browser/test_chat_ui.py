@@ -466,6 +466,78 @@ def test_archive_restore_and_delete_for_good(browsing: Browsing) -> None:
     assert page.locator(f'.session-item[data-session-id="{session_id}"]').count() == 0
 
 
+def test_a_long_paste_shows_the_room_left_and_is_refused_before_sending(
+    browsing: Browsing,
+) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    page.evaluate(WATCH_STREAM, True)
+    # A first turn long enough that the history counts (the live server's window: 1,024 tokens).
+    opening = "Summarise these notes in one line. " + "The quarterly report is late. " * 100
+    send(b, opening)
+    session_id = b.wait_for_frame("reply.start")["session"]["id"]
+    b.wait_for_frame("reply.done")
+    page.wait_for_selector("#send-btn:not([hidden])")
+    stored_before = page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
+    room = page.locator("#room")
+
+    # A 40,000-character paste is kept whole (no silent cut) and refused with one message.
+    page.fill("#input", "x" * 40_000)
+    page.wait_for_selector("#room.over")
+    assert len(page.input_value("#input")) == 40_000
+    assert "40,000 characters" in room.inner_text()
+    assert page.locator("#send-btn").is_disabled()
+    page.keyboard.press("Enter")
+    page.wait_for_timeout(300)
+    assert [f for f in b.frames.sent if f.get("type") == "chat.send"][1:] == []
+    assert page.locator("#notice").is_hidden()  # said once, under the composer
+
+    # Something that fits on its own but not after this conversation: the way out is offered.
+    page.fill("#input", "Now translate this paragraph into French. " + "Sales grew a lot. " * 90)
+    page.wait_for_selector("#room.over >> text=start a new conversation with it")
+    assert "tokens; the model reads 1,024 at most" in room.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "long-paste-refused.png"))
+    page.keyboard.press("Enter")
+    page.wait_for_timeout(300)
+    assert len([f for f in b.frames.sent if f.get("type") == "chat.send"]) == 1
+    stored = page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
+    assert stored == stored_before  # nothing of the refused turn was stored
+
+    # Shorter: the counter shows how much of the window is used, and it can be sent.
+    page.fill("#input", "Now in French, please.")
+    page.wait_for_function("() => !document.querySelector('#room').classList.contains('over')")
+    assert "of 1,024 tokens used" in room.inner_text()
+    draft = "Translate into French: " + "Sales grew a lot. " * 90
+    page.fill("#input", draft)
+    page.wait_for_selector("#room.over >> text=start a new conversation with it")
+
+    page.get_by_role("button", name="Start a new conversation").click()
+    page.wait_for_url(f"{b.live.url}/")
+    b.wait_connected()
+    assert page.input_value("#input") == draft
+    page.wait_for_selector("#send-btn:not([disabled])")
+    assert not page.locator("#room").evaluate("el => el.classList.contains('over')")
+
+
+def test_a_too_long_turn_the_counter_missed_is_refused_by_the_server(
+    browsing: Browsing,
+) -> None:
+    b, page = browsing, browsing.page
+    page.route("**/sessions/measure", lambda route: route.abort())  # the counter is down
+    b.login("alice")
+    text = "Please read this. " + "Lorem ipsum dolor sit amet. " * 300
+    send(b, text)
+    error = b.wait_for_frame("error")
+    assert error["code"] == "prompt_too_long"
+    assert "reply_id" not in error
+    page.wait_for_selector("#room.over")
+    assert page.input_value("#input") == text  # given back, not lost
+    assert "1,024" in page.locator("#room").inner_text()
+    assert page.locator("#notice").is_hidden()
+    assert page.locator("#messages .msg").count() == 0  # no failed reply, no question
+    assert b.frames.of("reply.start") == []
+
+
 def test_another_users_session_url_is_404(browsing: Browsing) -> None:
     b, page = browsing, browsing.page
     b.login("alice")
@@ -669,7 +741,7 @@ def test_waiting_busy_failure_and_reconnecting_states_are_shown(browsing: Browsi
 
     send(b, "long")
     page.wait_for_selector("#notice.error >> text=too long")
-    assert notice.get_by_role("button", name="New chat").is_visible()
+    assert notice.get_by_role("button", name="Start a new conversation").is_visible()
     page.screenshot(path=str(shots / "prompt_too_long.png"))
 
     sockets[-1].close(code=1011)  # type: ignore[attr-defined]

@@ -563,3 +563,26 @@ async def test_a_flood_of_frames_is_dropped_with_a_notice_and_others_are_served(
     assert joined(await ask(bystander, "hello")) == "echo: hello"
     await flooder.disconnect()
     await bystander.disconnect()
+
+
+async def test_a_follow_up_too_long_for_the_context_stores_nothing(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant
+) -> None:
+    use_engine(FakeRunner(max_seq_tokens=200))
+    socket = await connected_as(member)
+    first = await ask(socket, "short")
+    session_id = first[0]["session"]["id"]
+    before = await messages_of(session_id)
+
+    await socket.send_json_to(
+        {"type": "chat.send", "session": session_id, "content": "a long message " * 20}
+    )
+    error = await socket.receive_json_from(timeout=5)
+    assert error["code"] == "prompt_too_long"
+    assert "reply_id" not in error  # no reply was made to fail
+    await socket.send_json_to(
+        {"type": "chat.edit", "session": session_id, "content": "a long message " * 20}
+    )
+    assert (await socket.receive_json_from(timeout=5))["code"] == "prompt_too_long"
+    assert await messages_of(session_id) == before
+    await socket.disconnect()

@@ -629,3 +629,72 @@ def test_another_users_session_cannot_be_switched(
     theirs = services.message_send(user=owner, tenant=tenant, session_id=None, content="s")
     url = reverse("chat:session_branch", args=[theirs.session.id])
     assert post_json(logged_in(member), url, {"message": theirs.reply.id}).status_code == 404
+
+
+# --- room left while typing ------------------------------------------------------------------
+
+
+def measure(client: Client, content: Any, session: ChatSession | None = None) -> Any:
+    body = {"content": content, "session": str(session.id) if session else None}
+    return post_json(client, reverse("chat:draft_measure"), body)
+
+
+def test_the_counter_knows_the_conversation_so_far(
+    member: User, tenant: Tenant, fake_prompt_counter: Any
+) -> None:
+    from inference.types import ChatMessage
+
+    session = make_session(member, tenant, "Hi", ("user", "hello"), ("assistant", "hi there"))
+    client = logged_in(member)
+
+    alone = measure(client, "and now?").json()
+    with_history = measure(client, "and now?", session).json()
+
+    assert alone["tokens"] == fake_prompt_counter.count([ChatMessage("user", "and now?")])
+    assert with_history["tokens"] == fake_prompt_counter.count(
+        [
+            ChatMessage("user", "hello"),
+            ChatMessage("assistant", "hi there"),
+            ChatMessage("user", "and now?"),
+        ]
+    )
+    assert with_history["token_limit"] == fake_prompt_counter.max_seq_tokens
+    assert with_history["fits"] is True
+    assert with_history["message_chars"] == len("and now?")
+
+
+def test_a_message_too_long_only_with_the_history_can_go_to_a_new_conversation(
+    member: User, tenant: Tenant, fake_prompt_counter: Any
+) -> None:
+    limit = fake_prompt_counter.max_seq_tokens
+    history = ("assistant", "x" * (limit - 100))
+    session = make_session(member, tenant, "Long", ("user", "go"), history)
+    body = measure(logged_in(member), "y" * 200, session).json()
+    assert body["tokens"] > limit
+    assert (body["fits"], body["fits_alone"]) == (False, True)
+
+
+def test_a_message_too_long_on_its_own_fits_nowhere(
+    member: User, tenant: Tenant, fake_prompt_counter: Any
+) -> None:
+    body = measure(logged_in(member), "z" * (fake_prompt_counter.max_seq_tokens + 10)).json()
+    assert (body["fits"], body["fits_alone"]) == (False, False)
+
+
+def test_a_message_over_the_character_limit_is_not_even_counted(
+    member: User, tenant: Tenant
+) -> None:
+    body = measure(logged_in(member), "w" * 40_000).json()
+    assert body["message_chars"] == 40_000
+    assert body["message_char_limit"] == 32_000
+    assert body["fits"] is False
+
+
+def test_the_counter_refuses_bad_input_and_other_peoples_sessions(
+    member: User, owner: User, tenant: Tenant
+) -> None:
+    client = logged_in(member)
+    assert measure(client, 42).status_code == 400
+    owners = make_session(owner, tenant, "Owner's", ("user", "secret"))
+    assert measure(client, "hi", owners).status_code == 404
+    assert post_json(Client(), reverse("chat:draft_measure"), {"content": "x"}).status_code == 401
