@@ -172,9 +172,11 @@ async def test_a_limit_changed_in_the_admin_applies_to_the_next_request(
 
 
 async def test_usage_counts_prompt_and_completion_tokens_and_titles_too(
-    engine: FakeEngine, tenant: Tenant, member: Any, settings: Any
+    use_engine: Any, tenant: Tenant, member: Any, settings: Any
 ) -> None:
     settings.QASSIST_GENERATE_TITLES = True
+    # A title the title rules keep (short, in the question's language): the frame arrives.
+    use_engine(FakeRunner(reply_for=lambda p: "Counting" if "title" in p else f"echo: {p}"))
     socket = await connected_as(member)
     await socket.send_json_to({"type": "chat.send", "session": None, "content": "count me"})
     frames = []
