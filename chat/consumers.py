@@ -1,8 +1,10 @@
 """The chat websocket: `/ws/chat/`. Protocol in docs/websocket.md.
 
 Thin: authorise from the scope, call chat.services and chat.admission through
-database_sync_to_async, and translate engine events into frames. One reply streams at a time
-per connection; it runs as a task so a `chat.stop` can arrive while it streams.
+database_sync_to_async, and hand an admitted turn's reply to the process (chat/replies.py): the
+reply does not belong to the socket, which only watches its conversation (a channel-layer group)
+and forwards the frames. Closing the socket does not stop the reply; Stop, the user's absence
+for the grace period, or losing access does.
 
 Whatever a client sends — binary, empty, huge or malformed frames, floods — gets an error frame,
 never a crash: a consumer that died would orphan its reply, generating for nobody. While open,
@@ -25,20 +27,15 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import Http404
 
-from chat import admission, services
-from chat.admission import Refused, Ticket
-from chat.keepalive import keep_reply_alive
-from chat.models import Message
-from chat.services import ChatError, Turn, TurnPlan
-from inference.service import get_engine_client
-from inference.types import Delta, Done, Failed, Queued
+from chat import admission, replies, services
+from chat.admission import Refused
+from chat.replies import ReplyRun
+from chat.services import ChatError, TurnPlan
 from tenants.models import Tenant
 from tenants.services import Principal, connection_allowed, membership_for
 
 logger = logging.getLogger(__name__)
 
-SAVE_EVERY_SECONDS = 0.5  # how often a streaming reply's text is written to the database
-CACHED_CHUNK_CHARS = 24  # a cached answer is streamed in chunks like a generated one
 MAX_FRAME_CHARS = 256_000  # a message of MAX_MESSAGE_CHARS, JSON-escaped, fits well within
 FRAMES_PER_SECOND = 10  # sustained rate a client may send frames at ...
 FRAME_BURST = 30  # ... after a burst of this many
@@ -57,10 +54,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     tenant: Tenant
     user: User
-    _task: asyncio.Task[None] | None = None
-    _title_task: asyncio.Task[None] | None = None
+    _run: ReplyRun | None = None  # the reply this socket started last
+    _watching: str | None = None  # the session group this socket is in
     _recheck_task: asyncio.Task[None] | None = None
-    _request_id: str | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -84,6 +80,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self._allowance_at = time.monotonic()
         self._flood_told_at = 0.0
         await self.accept()
+        # The user's replies ask this group whether anyone is still there (reply.ping).
+        await self.channel_layer.group_add(replies.user_group(self.user.pk), self.channel_name)
         self._recheck_task = asyncio.create_task(self._recheck_forever())
 
     async def disconnect(self, code: int) -> None:
@@ -92,17 +90,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             _sockets_per_user[self.user.pk] -= 1
             if _sockets_per_user[self.user.pk] <= 0:
                 del _sockets_per_user[self.user.pk]
+        # The reply goes on without this socket (chat/replies.py); only the watching stops.
         await self._stop_tasks()
+        if getattr(self, "user", None) is None:
+            return
+        with contextlib.suppress(Exception):
+            await self.channel_layer.group_discard(
+                replies.user_group(self.user.pk), self.channel_name
+            )
+            await self._watch(None)
 
     async def _stop_tasks(self) -> None:
-        # Leaving mid-reply cancels it: the engine frees the sequence within one step, and the
-        # text so far is kept, marked interrupted.
         current = asyncio.current_task()
-        for task in (self._task, self._title_task, self._recheck_task):
-            if task is not None and task is not current and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        task = self._recheck_task
+        if task is not None and task is not current and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # --- access, re-checked while the socket is open ------------------------------------------
 
@@ -129,8 +133,19 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return True
 
     async def _forbid(self) -> None:
-        """Logged out, removed from the tenant, or deactivated: stop the reply, close."""
+        """Logged out, removed from the tenant, or deactivated: stop the user's replies in
+        this tenant (in whichever process runs them), close."""
         await self._stop_tasks()
+        with contextlib.suppress(Exception):
+            run = self._run
+            if run is not None and not run.done and run.task is not None:
+                await run.cancel(replies.FORBIDDEN)
+                # Its text is stored before the socket closes (the engine stops within a step).
+                await asyncio.wait_for(asyncio.shield(run.task), timeout=10)
+            await self.channel_layer.group_send(
+                replies.user_group(self.user.pk),
+                {"type": "reply.revoke", "tenant_id": self.tenant.pk},
+            )
         with contextlib.suppress(Exception):
             await self._error("forbidden", "You no longer have access to this conversation.")
         await self.close(code=CLOSE_FORBIDDEN)
@@ -180,6 +195,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             "chat.regenerate": self._on_regenerate,
             "chat.edit": self._on_edit,
             "chat.stop": self._on_stop,
+            "chat.subscribe": self._on_subscribe,
         }
         handler = handlers.get(kind)
         if handler is None:
@@ -237,11 +253,56 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self._begin(plan)
 
     async def _on_stop(self, content: dict[str, Any]) -> None:
-        if self._request_id is not None:
-            await get_engine_client().cancel(self._request_id)
+        """Stop the reply being written in `session` (default: the one this socket started),
+        whichever socket or process started it."""
+        run = self._run
+        raw = content.get("session")
+        if raw in (None, "") and run is not None:
+            if not run.done:
+                await run.cancel()
+            return
+        session_id = services.check_session_id(raw)
+        if session_id is None:
+            return
+        session = await database_sync_to_async(services.session_get)(
+            user=self.user, session_id=session_id, tenant=self.tenant
+        )
+        if run is not None and not run.done and run.turn.session.id == session.id:
+            await run.cancel()
+            return
+        await self.channel_layer.group_send(
+            replies.session_group(session.id), {"type": "reply.stop", "reply_id": None}
+        )
+
+    async def _on_subscribe(self, content: dict[str, Any]) -> None:
+        """Watch a conversation: its replies' frames from now on, and, if one is being
+        written, the whole of it so far (`reply.resume`, from the run itself)."""
+        session_id = self._required_session(content)
+        session = await database_sync_to_async(services.session_get)(
+            user=self.user, session_id=session_id, tenant=self.tenant
+        )
+        await self._watch(replies.session_group(session.id))
+        streaming = await database_sync_to_async(services.reply_streaming_id)(session=session)
+        await self.send_json(
+            {"type": "subscribed", "session": str(session.id), "streaming": streaming}
+        )
+        if streaming is not None:
+            await self.channel_layer.group_send(
+                replies.session_group(session.id),
+                {"type": "reply.snapshot_request", "reply_to": self.channel_name},
+            )
+
+    async def _watch(self, group: str | None) -> None:
+        if group == self._watching:
+            return
+        if self._watching is not None:
+            await self.channel_layer.group_discard(self._watching, self.channel_name)
+        if group is not None:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self._watching = group
 
     def _check_idle(self) -> None:
-        if self._task is not None and not self._task.done():
+        if self._run is not None and not self._run.done:
             raise ChatError("busy_connection", "Wait for the reply, or stop it, before sending.")
 
     @staticmethod
@@ -259,159 +320,31 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             principal=Principal(tenant=self.tenant, user=self.user),
             params=services.default_sampling(),
         )
-        await self.send_json(
-            {
-                "type": "reply.start",
-                "session": {"id": str(turn.session.id), "title": turn.session.title},
-                "session_created": turn.session_created,
-                "user_message": services.message_data(
-                    turn.user_message, turn.versions.get(turn.user_message.id)
-                ),
-                "reply": services.message_data(turn.reply, turn.versions.get(turn.reply.id)),
-            }
+        # Watch the conversation before its reply starts: reply.start is its first frame.
+        await self._watch(replies.session_group(turn.session.id))
+        self._run = await replies.start(
+            turn=turn, ticket=ticket, user=self.user, tenant=self.tenant
         )
-        self._task = asyncio.create_task(self._stream(turn, ticket))
 
-    async def _stream(self, turn: Turn, ticket: Ticket) -> None:
-        reply_id = turn.reply.id
-        started = time.monotonic()
-        if ticket.cached is not None:
-            async with admission.held(ticket):
-                message = await self._stream_cached(reply_id, ticket.cached.answer, started)
-            await self._send_done(message)
-            return
-        async with admission.held(ticket) as usage:
-            self._request_id = ticket.submission.request_id
-            parts: list[str] = []
-            deltas = 0
-            last_save = time.monotonic()
-            outcome: dict[str, Any] = {"finish_reason": "error", "error": ""}
-            keep_alive = keep_reply_alive(reply_id)
-            try:
-                async for event in get_engine_client().generate(ticket.submission):
-                    if isinstance(event, Queued):
-                        await self._send("queued", reply_id, position=event.position)
-                    elif isinstance(event, Delta):
-                        parts.append(event.text)
-                        deltas += 1
-                        await self._send("delta", reply_id, text=event.text)
-                        if time.monotonic() - last_save >= SAVE_EVERY_SECONDS:
-                            last_save = time.monotonic()
-                            await database_sync_to_async(services.reply_save_progress)(
-                                reply_id=reply_id, content="".join(parts)
-                            )
-                    elif isinstance(event, Done):
-                        usage.prompt_tokens = event.prompt_tokens
-                        usage.completion_tokens = event.completion_tokens
-                        outcome = {
-                            "finish_reason": event.finish_reason,
-                            "error": "",
-                            "prompt_tokens": event.prompt_tokens,
-                            "completion_tokens": event.completion_tokens,
-                            "ttft_ms": event.ttft_ms,
-                        }
-                    elif isinstance(event, Failed):
-                        outcome = {
-                            "finish_reason": "error",
-                            "error": event.message,
-                            "error_code": event.code,
-                        }
-                        await self._error(event.code, event.message, reply_id, event.retry_after)
-            except asyncio.CancelledError:
-                # The socket closed mid-reply; a Stop ends through the engine's Done("cancelled").
-                outcome = {"finish_reason": "disconnected", "error": ""}
-                raise
-            except Exception:
-                logger.exception("streaming reply %s failed", reply_id)
-                outcome = {
-                    "finish_reason": "error",
-                    "error": "The reply failed unexpectedly.",
-                    "error_code": "internal",
-                }
-                await self._error("internal", outcome["error"], reply_id)
-            finally:
-                keep_alive.cancel()
-                self._request_id = None
-                if usage.completion_tokens is None:
-                    # No end report from the engine (a failure, or a worker that died): charge
-                    # what reached the user, not the worst case.
-                    usage.prompt_tokens = ticket.prompt_tokens if deltas else 0
-                    usage.completion_tokens = deltas
-                    outcome.setdefault("prompt_tokens", usage.prompt_tokens)
-                    outcome.setdefault("completion_tokens", usage.completion_tokens)
-                message = await asyncio.shield(
-                    database_sync_to_async(services.reply_finish)(
-                        reply_id=reply_id,
-                        content="".join(parts),
-                        latency_ms=round((time.monotonic() - started) * 1000),
-                        **outcome,
-                    )
-                )
-        # Told only once the limits are settled: the client may send its next turn at once.
-        await self._send_done(message)
-        if (
-            turn.session_created
-            and message.status == Message.Status.COMPLETE
-            and settings.QASSIST_GENERATE_TITLES
-        ):
-            self._title_task = asyncio.create_task(self._generate_title(turn))
+    # --- channel-layer messages ------------------------------------------------------------
 
-    async def _generate_title(self, turn: Turn) -> None:
-        """Ask the model for a short title, after the reply and as background work, so it never
-        delays a reply. It counts against the tenant's quotas like any generated token. The
-        first-message title stays if this fails or is refused."""
-        try:
-            ticket = await database_sync_to_async(admission.admit)(
-                principal=Principal(tenant=self.tenant, user=self.user),
-                conversation=services.title_request(first_message=turn.user_message.content),
-                params=services.title_sampling(),
-                background=True,
-                cacheable=False,
-            )
-        except Refused:
-            return
-        parts = []
-        async with admission.held(ticket) as usage:
-            async for event in get_engine_client().generate(ticket.submission):
-                if isinstance(event, Delta):
-                    parts.append(event.text)
-                elif isinstance(event, Done):
-                    usage.prompt_tokens = event.prompt_tokens
-                    usage.completion_tokens = event.completion_tokens
-                elif isinstance(event, Failed):
-                    usage.prompt_tokens = usage.completion_tokens = 0
-                    return
-            await database_sync_to_async(services.usage_record_background)(
-                session_id=turn.session.id,
-                prompt_tokens=usage.prompt_tokens or 0,
-                completion_tokens=usage.completion_tokens or 0,
-            )
-        title = services.clean_title("".join(parts), question=turn.user_message.content)
-        changed = await database_sync_to_async(services.session_set_generated_title)(
-            session_id=turn.session.id, title=title, replaces=turn.session.title
-        )
-        if changed:
-            await self.send_json(
-                {"type": "session.title", "session": {"id": str(turn.session.id), "title": title}}
-            )
+    async def chat_frame(self, event: dict[str, Any]) -> None:
+        """A frame of a reply in the conversation this socket watches."""
+        await self.send_json(event["frame"])
 
-    async def _stream_cached(self, reply_id: int, answer: str, started: float) -> Message:
-        for i in range(0, len(answer), CACHED_CHUNK_CHARS):
-            await self._send("delta", reply_id, text=answer[i : i + CACHED_CHUNK_CHARS])
-        message: Message = await database_sync_to_async(services.reply_finish)(
-            reply_id=reply_id,
-            content=answer,
-            finish_reason="stop",
-            served_from_cache=True,
-            latency_ms=round((time.monotonic() - started) * 1000),
-        )
-        return message
+    async def reply_ping(self, event: dict[str, Any]) -> None:
+        """One of the user's replies asks whether anyone is still there."""
+        with contextlib.suppress(Exception):
+            await self.channel_layer.send(event["inbox"], {"type": "reply.here"})
 
-    async def _send_done(self, message: Message) -> None:
-        await self.send_json({"type": "reply.done", "reply": services.message_data(message)})
+    async def reply_stop(self, event: dict[str, Any]) -> None:
+        """For the run in the session group, not for sockets."""
 
-    async def _send(self, kind: str, reply_id: int, **fields: Any) -> None:
-        await self.send_json({"type": kind, "reply_id": reply_id, **fields})
+    async def reply_snapshot_request(self, event: dict[str, Any]) -> None:
+        """For the run in the session group, not for sockets."""
+
+    async def reply_revoke(self, event: dict[str, Any]) -> None:
+        """For the runs in the user group, not for sockets."""
 
     async def _error(
         self,

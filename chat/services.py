@@ -518,6 +518,17 @@ def reply_keep_alive(*, reply_id: int) -> None:
     )
 
 
+def reply_streaming_id(*, session: ChatSession) -> int | None:
+    """The reply being written in `session` now, if any (an orphan is closed first)."""
+    replies_interrupt_stale(messages=session.messages.all())
+    return (
+        session.messages.filter(status=Message.Status.STREAMING)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+
+
 def reply_save_progress(*, reply_id: int, content: str) -> None:
     Message.objects.filter(id=reply_id, status=Message.Status.STREAMING).update(
         content=content, updated_at=timezone.now()

@@ -202,6 +202,8 @@ QASSIST_API_KEY_MAX_STREAMS = env_int("QASSIST_API_KEY_MAX_STREAMS", 16)
 QASSIST_WS_MAX_PER_USER = env_int("QASSIST_WS_MAX_PER_USER", 20)
 # An open websocket re-checks its login and membership this often (seconds).
 QASSIST_WS_RECHECK_SECONDS = env_int("QASSIST_WS_RECHECK_SECONDS", 5)
+# A chat reply goes on without any open socket of its user for this long, then stops.
+QASSIST_REPLY_GRACE_SECONDS = env_float("QASSIST_REPLY_GRACE_SECONDS", 60.0)
 # A conversation longer than this (all messages, in characters) is refused before it is
 # tokenised: a huge history cannot tie up a web process.
 QASSIST_MAX_CONVERSATION_CHARS = env_int("QASSIST_MAX_CONVERSATION_CHARS", 200_000)

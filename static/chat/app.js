@@ -512,7 +512,7 @@
   function stop() {
     if (!state.reply) return;
     els.stop.disabled = true;
-    sendFrame({ type: "chat.stop" });
+    sendFrame({ type: "chat.stop", session: state.sessionId });
   }
 
   function startEdit(el) {
@@ -625,12 +625,85 @@
     showNotice("info", "Many people are asking right now. You are number " + f.position + " in line; your reply starts as soon as a slot frees up.", [], "queued");
   }
 
+  /** A piece of the reply at `offset`: pieces already held are skipped (the snapshot of a
+   * resumed reply holds them), a gap asks for the whole text again. */
   function onDelta(f) {
     const r = state.reply;
-    if (!r || r.id !== f.reply_id) return;
+    if (!r || r.id !== f.reply_id) return; // a reply we hold no start of: its resume brings it
+    const offset = typeof f.offset === "number" ? f.offset : r.text.length;
+    if (offset + f.text.length <= r.text.length) return;
+    if (offset > r.text.length) {
+      subscribe(); // a piece went missing: the run sends the whole text so far
+      return;
+    }
     if (!r.text) clearNotice("queued");
-    r.text += f.text;
+    r.text = r.text.slice(0, offset) + f.text;
     if (!r.frame) r.frame = requestAnimationFrame(() => renderLive(r));
+  }
+
+  // --- watching a conversation: replies outlive sockets (docs/websocket.md) ---------------
+
+  let resumeTimer = 0;
+
+  function subscribe() {
+    if (!state.sessionId || state.readOnly) return;
+    sendFrame({ type: "chat.subscribe", session: state.sessionId });
+  }
+
+  function onSubscribed(f) {
+    if (f.session !== state.sessionId) return;
+    clearTimeout(resumeTimer);
+    state.lostDuringReply = false;
+    if (f.streaming === null) {
+      // Nothing being written: a reply we were showing (or the page was given) has ended.
+      const shown = state.reply || Array.from(els.messages.querySelectorAll(".msg-assistant")).some((el) => el._message && el._message.status === "streaming");
+      if (state.reply && state.reply.frame) cancelAnimationFrame(state.reply.frame);
+      if (state.reply) {
+        state.reply = null;
+        state.busy = false;
+      }
+      if (shown) resync(0);
+      updateComposer();
+      refreshActions();
+      return;
+    }
+    // A reply is being written: its run sends the text so far (reply.resume). A run whose
+    // process died never answers: then the stored text is polled until the reply is closed.
+    resumeTimer = setTimeout(() => {
+      if (state.reply) {
+        if (state.reply.frame) cancelAnimationFrame(state.reply.frame);
+        state.reply = null;
+        state.busy = false;
+        updateComposer();
+      }
+      resync(1);
+    }, 4000);
+  }
+
+  async function onResume(f) {
+    const m = f.reply;
+    clearTimeout(resumeTimer);
+    let el = findMsg(m.id);
+    if (!el) {
+      await resync(0, true); // started elsewhere before we watched: draw the thread first
+      el = findMsg(m.id);
+      if (!el) return;
+    }
+    const r = state.reply;
+    if (r && r.id === m.id) {
+      if (m.content.length > r.text.length) r.text = m.content;
+    } else {
+      el.classList.remove("pending");
+      state.reply = { id: m.id, el, text: m.content, frame: 0, message: m };
+    }
+    state.busy = true;
+    const live = state.reply;
+    live.el.classList.add("streaming");
+    live.el.querySelector(".msg-status").replaceChildren();
+    if (live.text) md.render(live.el.querySelector(".md"), live.text, false);
+    else live.el.querySelector(".md").replaceChildren(waitingEl(null));
+    updateComposer();
+    refreshActions();
   }
 
   function renderLive(r) {
@@ -739,6 +812,8 @@
       case "reply.done": onReplyDone(f); break;
       case "error": onError(f); break;
       case "session.title": onSessionTitle(f); break;
+      case "subscribed": onSubscribed(f); break;
+      case "reply.resume": onResume(f); break;
       default: break;
     }
   }
@@ -766,7 +841,9 @@
       setConn("online");
       clearNotice("connection");
       clearNotice("offline-send");
-      if (state.lostDuringReply) {
+      if (state.sessionId) {
+        subscribe(); // see the conversation's reply, if one is being written, whole and live
+      } else if (state.lostDuringReply) {
         state.lostDuringReply = false;
         resync(0);
       }
@@ -799,15 +876,10 @@
       return;
     }
     if (state.busy) {
-      // The server keeps what was generated, marked interrupted: shown once we are back.
+      // The reply goes on without us on the server; once back, the page resubscribes and
+      // gets the rest of it (or, had it ended meanwhile, the stored result).
       state.lostDuringReply = true;
-      if (state.reply) {
-        const r = state.reply;
-        if (r.frame) cancelAnimationFrame(r.frame);
-        updateAssistant(r.el, Object.assign({}, r.message, { content: r.text, status: "interrupted", finish_reason: "disconnected" }), false);
-      }
-      state.reply = null;
-      state.busy = false;
+      if (!state.reply) state.busy = false;
     }
     updateComposer();
     refreshActions();
@@ -827,8 +899,9 @@
     state.reconnectTimer = setTimeout(connect, delay);
   }
 
-  /** Redraw the conversation from what the server stored (after a dropped connection). */
-  async function resync(attempt) {
+  /** Redraw the conversation from what the server stored (after a dropped connection, or
+   * when a reply's run does not answer). `once`: no polling. */
+  async function resync(attempt, once) {
     const pending = state.pending;
     state.pending = null;
     if (!state.sessionId) {
@@ -849,14 +922,14 @@
       if (attempt < 5) setTimeout(() => resync(attempt + 1), 2000);
       return;
     }
-    if (state.busy) return; // a new reply started meanwhile: its frames redraw the thread
+    if (state.busy && !once) return; // a reply is live: its frames redraw the thread
     renderThread(body.messages);
     setTitle(body.session.title);
     if (pending && pending.kind === "send" && !body.messages.some((m) => m.role === "user" && m.content === pending.content) && !els.input.value.trim()) {
       els.input.value = pending.content;
       autosize();
     }
-    if (body.messages.some((m) => m.status === "streaming") && attempt < 20) {
+    if (!once && body.messages.some((m) => m.status === "streaming") && attempt < 200) {
       setTimeout(() => resync(attempt + 1), 1500);
     }
   }
@@ -1199,8 +1272,6 @@
       scrollToBottom();
       return;
     }
-    // Reloaded while a reply was streaming: the server is closing it; show the outcome.
-    if (data.messages.some((m) => m.status === "streaming")) setTimeout(() => resync(1), 1200);
     let draft = null;
     try {
       draft = sessionStorage.getItem(DRAFT_KEY);

@@ -116,13 +116,12 @@ def test_stop_keeps_the_partial_reply_marked_interrupted(browsing: Browsing) -> 
     assert stored[-1]["content"] == reply["content"]
 
 
-def test_a_dropped_connection_mid_reply_keeps_the_partial_text(browsing: Browsing) -> None:
+def test_a_dropped_connection_mid_reply_resumes_the_reply(browsing: Browsing) -> None:
     b, page = browsing, browsing.page
     links: list[tuple[object, object]] = []
 
     def proxy(ws: Any) -> None:
-        # Pass frames through, and cut the line right after the first piece of the first reply:
-        # a short reply must not finish before the cut.
+        # Pass frames through, and cut the line right after the first piece of the first reply.
         server = ws.connect_to_server()
         links.append((ws, server))
 
@@ -136,22 +135,21 @@ def test_a_dropped_connection_mid_reply_keeps_the_partial_text(browsing: Browsin
 
     page.route_web_socket(re.compile(r".*/ws/chat/$"), proxy)
     b.login("alice")
-    send(b, "Count from 1 to 100, separated by commas.")
+    send(b, "Write a short poem about the sea.")
     page.wait_for_selector("#conn-state.offline", state="attached")
 
-    # Back by itself; the thread is redrawn from what the server kept.
+    # Back by itself; the reply went on meanwhile and is shown whole, not cut off.
     page.wait_for_selector("#conn-state.online", state="attached", timeout=15_000)
-    page.wait_for_selector("#messages .msg-assistant .badge-interrupted", timeout=15_000)
-    assert (
-        page.locator("#messages .msg-assistant .badge-interrupted").inner_text()
-        == "connection lost"
-    )
+    wait_until_ended(b, b.frames.of("reply.start")[0]["reply"]["id"])
     session_id = page.url.rstrip("/").rsplit("/", 1)[-1]
     stored = page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
-    assert stored[-1]["status"] == "interrupted"
-    assert stored[-1]["content"]
-    assert page.locator("#messages .msg-assistant .md").inner_text().strip()
-    assert len(links) == 2
+    assert stored[-1]["status"] == "complete"
+    assert page.locator("#messages .badge-interrupted").count() == 0
+    shown = assistant_text(b)
+    page.reload()
+    page.wait_for_selector("#messages .msg-assistant .md")
+    assert assistant_text(b) == shown  # what the live page assembled is what was stored
+    assert len(links) >= 2
 
 
 def test_clicking_a_suggestion_sends_it(browsing: Browsing) -> None:
@@ -187,6 +185,136 @@ def test_the_pages_have_a_favicon(browsing: Browsing) -> None:
     assert "<svg" in legacy.text()
     b.login("alice")
     assert page.locator("link[rel=icon]").get_attribute("href") == href
+
+
+def frames_after_last_subscribe(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    marks = [i for i, f in enumerate(frames) if f.get("type") == "subscribed"]
+    return frames[marks[-1] :] if marks else []
+
+
+def assemble(frames: list[dict[str, Any]], reply_id: int) -> str | None:
+    """The reply as the page rebuilt it after (re)subscribing: the run's snapshot, then each
+    later piece exactly where the text so far ends. None when there was no snapshot (the reply
+    had ended by then)."""
+    text: str | None = None
+    for frame in frames:
+        if frame.get("type") == "reply.resume" and frame["reply"]["id"] == reply_id:
+            text = frame["reply"]["content"]
+            assert frame["offset"] == len(text)
+        elif frame.get("type") == "delta" and text is not None:
+            if frame["offset"] + len(frame["text"]) <= len(text):
+                continue
+            assert frame["offset"] == len(text), "a gap or an overlap in the stream"
+            text += frame["text"]
+    return text
+
+
+def wait_until_ended(b: Browsing, reply_id: int) -> None:
+    """Until the page shows the reply as ended (not merely drawn from the stored partial)."""
+    b.page.wait_for_function(
+        """(id) => { const el = document.querySelector(`#messages .msg[data-id="${id}"]`);
+                     return el && !el.classList.contains('streaming') && el._message
+                            && el._message.status !== 'streaming'; }""",
+        arg=reply_id,
+        timeout=90_000,
+    )
+
+
+def stored_reply(b: Browsing, session_id: str) -> dict[str, Any]:
+    messages = b.page.request.get(f"{b.live.url}/c/{session_id}/messages").json()["messages"]
+    return dict(messages[-1])
+
+
+def test_reloading_during_a_reply_shows_it_whole_once_in_order(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    send(b, "Write a long story about a lighthouse keeper and his cat.")
+    start = b.wait_for_frame("reply.start")
+    session_id, reply_id = start["session"]["id"], start["reply"]["id"]
+    b.wait_for_frame("delta")
+
+    # Reload at several moments: right after the first piece, then as soon as the page shows
+    # the reply live again, while it is still being written.
+    reloads = 0
+    for _ in range(3):
+        page.reload()
+        reloads += 1
+        b.wait_connected()
+        page.wait_for_function(
+            """() => { const el = document.querySelector('#messages .msg-assistant:last-child');
+                       return el && (el.classList.contains('streaming')
+                                     || el._message.status !== 'streaming'); }""",
+            timeout=30_000,
+        )
+        if stored_reply(b, session_id)["status"] != "streaming":
+            break
+    wait_until_ended(b, reply_id)
+    final = stored_reply(b, session_id)
+    assert final["status"] == "complete"  # reloads did not cut it
+    assert final["finish_reason"] in ("stop", "length")
+    rebuilt = assemble(frames_after_last_subscribe(b.frames.received), reply_id)
+    if rebuilt is not None:  # the last page joined mid-reply: snapshot + pieces = the reply
+        assert rebuilt == final["content"]
+    resumes = [f for f in b.frames.of("reply.resume") if f["reply"]["id"] == reply_id]
+    assert resumes, "no reload landed mid-reply: the test proved nothing"
+    # Each reload's snapshot is the reply so far: a prefix of the final text, never less
+    # than the one before.
+    sizes = [len(f["reply"]["content"]) for f in resumes]
+    assert sizes == sorted(sizes)
+    assert all(final["content"].startswith(f["reply"]["content"]) for f in resumes)
+    shown = assistant_text(b)
+    page.screenshot(path=str(ARTIFACTS / "reload-mid-reply-final.png"))
+    page.reload()
+    page.wait_for_selector(f'#messages .msg-assistant[data-id="{reply_id}"] .md')
+    assert assistant_text(b) == shown  # the live page shows exactly what was stored
+    assert page.locator("#messages .msg-assistant").count() == 1
+    assert reloads >= 1
+
+
+def test_a_second_tab_sees_the_same_live_stream(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    second = page.context.new_page()
+    second_frames: list[dict[str, Any]] = []
+    second.on(
+        "websocket",
+        lambda ws: ws.on("framereceived", lambda p: second_frames.append(json.loads(p))),
+    )
+    send(b, "Write a long story about a lighthouse keeper and his dog.")
+    start = b.wait_for_frame("reply.start")
+    session_id, reply_id = start["session"]["id"], start["reply"]["id"]
+    b.wait_for_frame("delta")
+
+    second.goto(f"{b.live.url}/c/{session_id}/")
+    done = b.wait_for_frame("reply.done")["reply"]
+    wait_until_ended(Browsing(second, b.frames, b.dialogs, b.live), reply_id)
+    assert {"type": "subscribed", "session": session_id, "streaming": reply_id} in second_frames
+    # The second tab joined mid-reply: the text so far, then the same live pieces, to the end.
+    assert assemble(frames_after_last_subscribe(second_frames), reply_id) == done["content"]
+    later = [f for f in second_frames if f["type"] == "delta"]
+    assert later, "the second tab saw no live pieces"
+    first_text = assistant_text(b)
+    second_text = second.locator("#messages .msg-assistant .md").last.inner_text()
+    assert second_text == first_text
+    second.screenshot(path=str(ARTIFACTS / "second-tab-live.png"))
+    second.close()
+
+
+def test_switching_chats_mid_reply_does_not_stop_it(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    b.login("alice")
+    send(b, "Write a long story about a lighthouse keeper and a storm.")
+    start = b.wait_for_frame("reply.start")
+    session_id, reply_id = start["session"]["id"], start["reply"]["id"]
+    b.wait_for_frame("delta")
+    page.click(f'.session-item:not([data-session-id="{session_id}"]) .session-link')
+    page.wait_for_selector("#messages .msg")
+    b.wait_connected()
+    page.go_back()
+    wait_until_ended(b, reply_id)
+    final = stored_reply(b, session_id)
+    assert final["status"] == "complete"
+    assert page.locator("#messages .badge-interrupted").count() == 0
 
 
 def test_regenerate_replaces_the_last_reply(browsing: Browsing) -> None:

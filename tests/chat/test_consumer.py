@@ -182,10 +182,38 @@ async def test_stop_ends_the_reply_keeping_the_partial_text_marked_interrupted(
     await socket.disconnect()
 
 
-async def test_a_disconnect_mid_reply_keeps_the_partial_text(
+async def eventually_stored(reply_id: int, within: float = 10) -> Message:
+    """The reply once it is no longer streaming."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        reply: Message = await stored(reply_id)
+        if reply.status != Message.Status.STREAMING:
+            return reply
+        assert asyncio.get_running_loop().time() < deadline, "the reply never ended"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_reply_goes_on_when_its_socket_closes(
     use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant
 ) -> None:
-    fake = use_engine(FakeRunner(step_delay=0.01, reply_for=lambda _: "z" * 300))
+    use_engine(FakeRunner(step_delay=0.005, reply_for=lambda _: "z" * 300))
+    socket = await connected_as(member)
+    await socket.send_json_to({"type": "chat.send", "session": None, "content": "go on"})
+    start = await socket.receive_json_from(timeout=5)
+    await socket.receive_json_from(timeout=5)  # a first delta
+
+    await socket.disconnect()  # a reload, a closed laptop lid, a network blip
+
+    reply = await eventually_stored(start["reply"]["id"])
+    assert (reply.status, reply.finish_reason) == (Message.Status.COMPLETE, "stop")
+    assert reply.content == "z" * 300
+
+
+async def test_a_reply_nobody_watches_for_the_grace_period_stops(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant, settings: Any
+) -> None:
+    settings.QASSIST_REPLY_GRACE_SECONDS = 0.3
+    fake = use_engine(FakeRunner(step_delay=0.01, reply_for=lambda _: "z" * 3000))
     socket = await connected_as(member)
     await socket.send_json_to({"type": "chat.send", "session": None, "content": "go on"})
     start = await socket.receive_json_from(timeout=5)
@@ -193,15 +221,116 @@ async def test_a_disconnect_mid_reply_keeps_the_partial_text(
 
     await socket.disconnect()
 
-    reply = await stored(start["reply"]["id"])
+    reply = await eventually_stored(start["reply"]["id"])
     assert reply.status == Message.Status.INTERRUPTED
     assert reply.finish_reason == "disconnected"  # told apart from the user's own Stop
-    assert 0 < len(reply.content) < 300
-    for _ in range(50):
+    assert 0 < len(reply.content) < 3000
+    for _ in range(100):
         if fake.runner.released:
             break
         await asyncio.sleep(0.02)
-    assert len(fake.runner.released) == 1
+    assert len(fake.runner.released) == 1  # the engine freed the sequence
+
+
+async def test_any_open_socket_of_the_user_keeps_the_reply_going(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant, settings: Any
+) -> None:
+    # Switching to another conversation in the same tab: the user is still there.
+    settings.QASSIST_REPLY_GRACE_SECONDS = 0.3
+    use_engine(FakeRunner(step_delay=0.003, reply_for=lambda _: "k" * 400))
+    other = await connected_as(member)
+    socket = await connected_as(member)
+    await socket.send_json_to({"type": "chat.send", "session": None, "content": "go on"})
+    start = await socket.receive_json_from(timeout=5)
+    await socket.disconnect()
+
+    reply = await eventually_stored(start["reply"]["id"])
+    assert (reply.status, reply.content) == (Message.Status.COMPLETE, "k" * 400)
+    await other.disconnect()
+
+
+def resume_text(frames: list[dict[str, Any]], reply_id: int) -> tuple[str, list[int]]:
+    """The reply as a late subscriber assembles it: the snapshot, then each later delta at
+    exactly the offset where the text so far ends. Returns the text and the offsets used."""
+    text: str | None = None
+    offsets = []
+    for frame in frames:
+        if frame["type"] == "reply.resume" and frame["reply"]["id"] == reply_id:
+            assert frame["offset"] == len(frame["reply"]["content"])
+            text = frame["reply"]["content"]
+        elif frame["type"] == "delta" and text is not None:
+            if frame["offset"] + len(frame["text"]) <= len(text):
+                continue  # sent before the snapshot was taken: it is in the snapshot
+            assert frame["offset"] == len(text), "a gap or an overlap after the snapshot"
+            offsets.append(frame["offset"])
+            text += frame["text"]
+    assert text is not None, "no snapshot"
+    return text, offsets
+
+
+async def test_a_second_socket_joins_mid_reply_and_sees_it_whole_once(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant
+) -> None:
+    use_engine(FakeRunner(step_delay=0.005, reply_for=lambda _: "0123456789" * 40))
+    first = await connected_as(member)
+    await first.send_json_to({"type": "chat.send", "session": None, "content": "count"})
+    start = await first.receive_json_from(timeout=5)
+    session_id, reply_id = start["session"]["id"], start["reply"]["id"]
+    for _ in range(5):
+        assert (await first.receive_json_from(timeout=5))["type"] == "delta"
+
+    second = await connected_as(member)  # another tab, or the same one after a reload
+    await second.send_json_to({"type": "chat.subscribe", "session": session_id})
+    subscribed = await second.receive_json_from(timeout=5)
+    assert subscribed == {"type": "subscribed", "session": session_id, "streaming": reply_id}
+    frames = await until_done(second)
+
+    text, offsets = resume_text(frames, reply_id)
+    assert text == "0123456789" * 40 == frames[-1]["reply"]["content"]
+    assert offsets, "the live deltas came after the snapshot"
+    first_frames = await until_done(first)  # the first socket saw it all too
+    assert joined([start, *first_frames]).endswith(text[-10:])
+    await first.disconnect()
+    await second.disconnect()
+
+
+async def test_subscribing_to_a_quiet_conversation_says_nothing_is_streaming(
+    engine: FakeEngine, member: User, owner: User, tenant: Tenant
+) -> None:
+    socket = await connected_as(member)
+    frames = await ask(socket, "hi")
+    session_id = frames[0]["session"]["id"]
+    await socket.send_json_to({"type": "chat.subscribe", "session": session_id})
+    assert await socket.receive_json_from(timeout=5) == {
+        "type": "subscribed",
+        "session": session_id,
+        "streaming": None,
+    }
+    assert await socket.receive_nothing(timeout=0.2)
+    intruder = await connected_as(owner)
+    await intruder.send_json_to({"type": "chat.subscribe", "session": session_id})
+    assert (await intruder.receive_json_from(timeout=5))["code"] == "not_found"
+    await socket.disconnect()
+    await intruder.disconnect()
+
+
+async def test_stop_from_another_socket_stops_the_reply(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant
+) -> None:
+    use_engine(FakeRunner(step_delay=0.01, reply_for=lambda _: "s" * 3000))
+    first = await connected_as(member)
+    await first.send_json_to({"type": "chat.send", "session": None, "content": "go"})
+    start = await first.receive_json_from(timeout=5)
+    session_id = start["session"]["id"]
+    second = await connected_as(member)
+    await second.send_json_to({"type": "chat.stop", "session": session_id})
+
+    frames = await until_done(first)
+    assert frames[-1]["reply"]["finish_reason"] == "cancelled"
+    assert frames[-1]["reply"]["status"] == "interrupted"
+    assert len(frames[-1]["reply"]["content"]) < 3000
+    await first.disconnect()
+    await second.disconnect()
 
 
 async def test_regenerate_keeps_the_earlier_reply_as_a_version(
