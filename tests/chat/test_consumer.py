@@ -715,3 +715,55 @@ async def test_a_follow_up_too_long_for_the_context_stores_nothing(
     assert (await socket.receive_json_from(timeout=5))["code"] == "prompt_too_long"
     assert await messages_of(session_id) == before
     await socket.disconnect()
+
+
+@pytest.fixture
+def redis_channel_layer(settings: Any) -> None:
+    """The channel layer of a multi-process deployment: replies, their watchers and their
+    control messages go through Redis."""
+    import os
+
+    url = os.environ.get("QASSIST_TEST_REDIS_URL", "")
+    if not url:
+        if os.environ.get("QASSIST_REQUIRE_SERVICES") == "1":
+            pytest.fail("QASSIST_TEST_REDIS_URL is not set")
+        pytest.skip("QASSIST_TEST_REDIS_URL is not set")
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [url], "prefix": f"test-replies-{uuid.uuid4().hex[:8]}"},
+        }
+    }
+
+
+async def test_over_a_redis_channel_layer_a_late_socket_resumes_and_stop_works(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant, redis_channel_layer: None
+) -> None:
+    from channels.layers import get_channel_layer
+
+    assert type(get_channel_layer()).__name__ == "RedisChannelLayer"
+    use_engine(FakeRunner(step_delay=0.01, reply_for=lambda _: "r" * 3000))
+    first = await connected_as(member)
+    await first.send_json_to({"type": "chat.send", "session": None, "content": "go"})
+    start = await first.receive_json_from(timeout=5)
+    session_id, reply_id = start["session"]["id"], start["reply"]["id"]
+    for _ in range(3):
+        assert (await first.receive_json_from(timeout=5))["type"] == "delta"
+    await first.disconnect()  # the reply goes on
+
+    second = await connected_as(member)
+    await second.send_json_to({"type": "chat.subscribe", "session": session_id})
+    assert (await second.receive_json_from(timeout=5))["streaming"] == reply_id
+    frames: list[dict[str, Any]] = []
+    while not any(f["type"] == "reply.resume" for f in frames):
+        frames.append(await second.receive_json_from(timeout=5))
+    for _ in range(3):
+        frames.append(await second.receive_json_from(timeout=5))
+    await second.send_json_to({"type": "chat.stop", "session": session_id})
+    frames += await until_done(second)
+
+    done = frames[-1]["reply"]
+    assert done["finish_reason"] == "cancelled"
+    assert resume_text(frames, reply_id)[0] == done["content"]
+    assert len(done["content"]) < 3000
+    await second.disconnect()
