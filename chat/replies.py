@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -268,7 +269,10 @@ class ReplyRun:
                 prompt_tokens=usage.prompt_tokens or 0,
                 completion_tokens=usage.completion_tokens or 0,
             )
-        title = services.clean_title("".join(parts), question=turn.user_message.content)
+        # Off the event loop: the language models load on first use (about a second).
+        title = await sync_to_async(services.clean_title, thread_sensitive=False)(
+            "".join(parts), question=turn.user_message.content
+        )
         changed = await database_sync_to_async(services.session_set_generated_title)(
             session_id=turn.session.id, title=title, replaces=turn.session.title
         )
