@@ -93,7 +93,8 @@ def test_stop_keeps_the_partial_reply_marked_interrupted(browsing: Browsing) -> 
     send(b, "Count from 1 to 100, separated by commas.")
     done = b.wait_for_frame("reply.done")
 
-    assert {"type": "chat.stop"} in b.frames.sent
+    session_id = b.frames.of("reply.start")[0]["session"]["id"]
+    assert {"type": "chat.stop", "session": session_id} in b.frames.sent
     reply = done["reply"]
     assert reply["status"] == "interrupted"
     assert reply["finish_reason"] == "cancelled"
