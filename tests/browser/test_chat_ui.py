@@ -318,7 +318,7 @@ def test_switching_chats_mid_reply_does_not_stop_it(browsing: Browsing) -> None:
     assert page.locator("#messages .badge-interrupted").count() == 0
 
 
-def test_regenerate_replaces_the_last_reply(browsing: Browsing) -> None:
+def test_regenerate_shows_a_new_version_in_place_of_the_last_reply(browsing: Browsing) -> None:
     b, page = browsing, browsing.page
     b.login("alice")
     page.evaluate(WATCH_STREAM, True)
