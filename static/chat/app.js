@@ -594,12 +594,14 @@
 
     const pendingEl = state.pending && state.pending.kind === "send" ? state.pending.el : null;
     const userEl = messageEl(f.user_message, false);
-    const existing = findMsg(f.user_message.id);
+    // Regenerate (the same user message) or edit (a new version of it, maybe sent from
+    // another tab): the new version takes the place of the one shown and what followed it;
+    // the earlier ones are a click away.
+    const sibling = (f.user_message.versions || []).map(findMsg).find((el) => el);
     const edited = state.pending && state.pending.kind === "edit" ? state.pending.el : null;
-    if (existing || (edited && edited.isConnected)) {
-      // Regenerate or edit: a new version of the reply (or of the message and its reply)
-      // takes the place of what followed; the earlier ones are a click away.
-      const anchor = existing || edited;
+    const existing = findMsg(f.user_message.id) || (edited && edited.isConnected ? edited : null) || sibling;
+    if (existing) {
+      const anchor = existing;
       while (anchor.nextElementSibling) anchor.nextElementSibling.remove();
       anchor.replaceWith(userEl);
     } else if (pendingEl && pendingEl.isConnected) {

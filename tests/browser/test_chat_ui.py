@@ -298,6 +298,19 @@ def test_a_second_tab_sees_the_same_live_stream(browsing: Browsing) -> None:
     second_text = second.locator("#messages .msg-assistant .md").last.inner_text()
     assert second_text == first_text
     second.screenshot(path=str(ARTIFACTS / "second-tab-live.png"))
+
+    # An edit in the first tab shows in the second in place of the message it revises.
+    page.evaluate(WATCH_STREAM, True)
+    page.click("#messages .msg-user .msg-actions button[aria-label='Edit and resend']")
+    page.fill("#messages .msg-user .editor textarea", "Write one line about a lighthouse.")
+    page.click("#messages .msg-user .editor .btn-primary")
+    edited = b.wait_for_frame("reply.done", count=2)["reply"]
+    wait_until_ended(Browsing(second, b.frames, b.dialogs, b.live), edited["id"])
+    assert second.locator("#messages .msg-user").count() == 1
+    assert second.locator("#messages .msg-user .bubble").inner_text() == (
+        "Write one line about a lighthouse."
+    )
+    assert second.locator("#messages .msg-user .version-count").inner_text() == "2 / 2"
     second.close()
 
 
