@@ -476,8 +476,10 @@ def turn_start(*, plan: TurnPlan) -> Turn:
     else:
         assert plan.last_user is not None
         user_message = plan.last_user
-        # A failed reply with no text is no version worth flipping back to.
-        user_message.children.filter(status=Message.Status.ERROR, content="").delete()
+        # A failed reply with no text (and nothing after it) is no version worth flipping to.
+        user_message.children.filter(
+            status=Message.Status.ERROR, content="", children__isnull=True
+        ).delete()
     reply = Message.objects.create(
         session=session,
         parent=user_message,
