@@ -77,7 +77,9 @@ class ReplyRun:
     chars: int = 0
     task: asyncio.Task[None] | None = None
     cut: str = ""  # ABSENT or FORBIDDEN once the run is being ended for that reason
-    streaming: bool = False  # between the first engine call and the end
+    streaming: bool = False  # from the engine's first event to the end
+    stop_requested: bool = False  # a stop that came before the engine had the request
+    cancel_sent: bool = False
 
     @property
     def reply_id(self) -> int:
@@ -143,12 +145,14 @@ class ReplyRun:
             async with admission.held(ticket):
                 return await self._stream_cached(ticket.cached.answer, started)
         async with admission.held(ticket) as usage:
-            self.streaming = True
             deltas = 0
             last_save = time.monotonic()
             outcome: dict[str, Any] = {"finish_reason": "error", "error": ""}
             try:
                 async for event in get_engine_client().generate(ticket.submission):
+                    self.streaming = True  # the engine has the request: a cancel reaches it
+                    if self.stop_requested and not self.cancel_sent:
+                        await self.cancel()
                     if isinstance(event, Queued):
                         await self.publish(
                             {"type": "queued", "reply_id": reply_id, "position": event.position}
@@ -328,10 +332,10 @@ class ReplyRun:
         """End the reply: the engine stops within a step and the text so far is kept."""
         if cut and not self.cut:
             self.cut = cut
-        if self.streaming:
+        self.stop_requested = True
+        if self.streaming and not self.cancel_sent:
+            self.cancel_sent = True
             await get_engine_client().cancel(self.ticket.submission.request_id)
-        elif self.task is not None and not self.task.done() and self.ticket.cached is None:
-            self.task.cancel()
 
 
 _runs: dict[int, ReplyRun] = {}  # this process's running replies, by reply id

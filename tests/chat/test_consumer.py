@@ -767,3 +767,18 @@ async def test_over_a_redis_channel_layer_a_late_socket_resumes_and_stop_works(
     assert resume_text(frames, reply_id)[0] == done["content"]
     assert len(done["content"]) < 3000
     await second.disconnect()
+
+
+async def test_a_stop_sent_right_after_the_message_still_stops_the_reply(
+    use_engine: Callable[..., FakeEngine], member: User, tenant: Tenant
+) -> None:
+    # The stop may reach the reply before the engine has the request: it waits for it.
+    use_engine(FakeRunner(step_delay=0.01, reply_for=lambda _: "q" * 3000))
+    socket = await connected_as(member)
+    await socket.send_json_to({"type": "chat.send", "session": None, "content": "go"})
+    await socket.send_json_to({"type": "chat.stop"})
+    frames = await until_done(socket)
+    done = frames[-1]["reply"]
+    assert (done["status"], done["finish_reason"]) == ("interrupted", "cancelled")
+    assert len(done["content"]) < 3000
+    await socket.disconnect()
