@@ -143,7 +143,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 # Its text is stored before the socket closes (the engine stops within a step).
                 await asyncio.wait_for(asyncio.shield(run.task), timeout=10)
             await self.channel_layer.group_send(
-                replies.user_group(self.user.pk),
+                replies.user_control_group(self.user.pk),
                 {"type": "reply.revoke", "tenant_id": self.tenant.pk},
             )
         with contextlib.suppress(Exception):
@@ -271,7 +271,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await run.cancel()
             return
         await self.channel_layer.group_send(
-            replies.session_group(session.id), {"type": "reply.stop", "reply_id": None}
+            replies.session_control_group(session.id), {"type": "reply.stop", "reply_id": None}
         )
 
     async def _on_subscribe(self, content: dict[str, Any]) -> None:
@@ -288,7 +288,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         )
         if streaming is not None:
             await self.channel_layer.group_send(
-                replies.session_group(session.id),
+                replies.session_control_group(session.id),
                 {"type": "reply.snapshot_request", "reply_to": self.channel_name},
             )
 
@@ -336,15 +336,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         """One of the user's replies asks whether anyone is still there."""
         with contextlib.suppress(Exception):
             await self.channel_layer.send(event["inbox"], {"type": "reply.here"})
-
-    async def reply_stop(self, event: dict[str, Any]) -> None:
-        """For the run in the session group, not for sockets."""
-
-    async def reply_snapshot_request(self, event: dict[str, Any]) -> None:
-        """For the run in the session group, not for sockets."""
-
-    async def reply_revoke(self, event: dict[str, Any]) -> None:
-        """For the runs in the user group, not for sockets."""
 
     async def _error(
         self,

@@ -5,14 +5,17 @@ watching its conversation through the channel layer: the group `chat.session.<id
 frame (`reply.start`, `queued`, `delta` with its character `offset`, `error`, `reply.done`,
 `session.title`). Sockets come and go — a reload, another tab, switching conversations, a
 network blip — and the reply goes on. A socket that opens the conversation later asks for a
-snapshot (`reply.snapshot_request`) and gets the whole text so far from the run itself
-(`reply.resume`), then the live deltas; offsets make the join exact: nothing missed, nothing
-twice.
+snapshot (`reply.snapshot_request`, to the control group) and gets the whole text so far from
+the run itself (`reply.resume`), then the live deltas; offsets make the join exact: nothing
+missed, nothing twice.
 
-A run ends by itself (its own limits), by Stop (`reply.stop` to the session group, from any of
-the user's sockets), when its user has had no socket open for `QASSIST_REPLY_GRACE_SECONDS`
-(it pings the group `chat.user.<id>`; each of the user's sockets answers `reply.here`), or when
-the user loses access to the tenant (`reply.revoke`, sent by a socket closed with 4403).
+A run ends by itself (its own limits), by Stop (`reply.stop` to the group
+`chat.session.<id>.control`, from any of the user's sockets), when its user has had no socket
+open for `QASSIST_REPLY_GRACE_SECONDS` (it pings the group `chat.user.<id>`; each of the user's
+sockets answers `reply.here` to the run's own channel), or when the user loses access to the
+tenant (`reply.revoke` to `chat.user.<id>.control`, sent by a socket closed with 4403). Runs
+listen on the `.control` groups only, sockets on the others only: frames never reach runs,
+control messages never reach sockets.
 
 Admission is unchanged: the ticket was admitted before the turn was stored; the run holds its
 lease while it streams and settles when it ends (`admission.held`).
@@ -59,6 +62,15 @@ def session_group(session_id: uuid.UUID | str) -> str:
 
 def user_group(user_id: int) -> str:
     return f"chat.user.{user_id}"
+
+
+# The runs' own groups: control messages reach runs only, frames reach sockets only.
+def session_control_group(session_id: uuid.UUID | str) -> str:
+    return f"chat.session.{session_id}.control"
+
+
+def user_control_group(user_id: int) -> str:
+    return f"chat.user.{user_id}.control"
 
 
 def frame_event(frame: dict[str, Any]) -> dict[str, Any]:
@@ -133,8 +145,8 @@ class ReplyRun:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             with contextlib.suppress(Exception):
-                await layer.group_discard(self.group, self.inbox)
-                await layer.group_discard(user_group(self.user.pk), self.inbox)
+                await layer.group_discard(session_control_group(self.turn.session.id), self.inbox)
+                await layer.group_discard(user_control_group(self.user.pk), self.inbox)
             _runs.pop(self.reply_id, None)
 
     async def _stream(self) -> Message:
@@ -345,9 +357,12 @@ async def start(*, turn: Turn, ticket: Ticket, user: User, tenant: Tenant) -> Re
     """Run an admitted, stored turn's reply as a task of this process."""
     layer = get_channel_layer()
     run = ReplyRun(turn=turn, ticket=ticket, user=user, tenant=tenant)
-    run.inbox = await layer.new_channel("reply.")
-    await layer.group_add(run.group, run.inbox)
-    await layer.group_add(user_group(user.pk), run.inbox)
+    # The default prefix: with channels_redis, every channel of a process with one prefix shares
+    # one receive loop; a channel of another prefix would hold the layer's receive lock while
+    # waiting on its own list, stalling the sockets' messages for seconds.
+    run.inbox = await layer.new_channel()
+    await layer.group_add(session_control_group(turn.session.id), run.inbox)
+    await layer.group_add(user_control_group(user.pk), run.inbox)
     _runs[run.reply_id] = run
     run.task = asyncio.create_task(run.main())
     return run
