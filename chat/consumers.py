@@ -47,16 +47,18 @@ _sockets_per_user: collections.Counter[int] = collections.Counter()
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
-    # Nothing reaches a chat socket through the channel layer (replies come from the engine
-    # client), so it joins none: an alias that names no layer. Otherwise every open socket
-    # would sit in the layer's Redis receive loop, and a Redis restart would crash them all.
+    # Nothing reaches a chat socket through the channel layer (replies reach the sockets of
+    # their process directly: chat/replies.py), so it joins none: an alias that names no layer.
+    # Otherwise every open socket would sit in the layer's Redis receive loop, and a Redis
+    # restart would crash them all.
     channel_layer_alias = "none"
 
     tenant: Tenant
     user: User
     _run: ReplyRun | None = None  # the reply this socket started last
-    _watching: str | None = None  # the session group this socket is in
     _recheck_task: asyncio.Task[None] | None = None
+    _writer: asyncio.Task[None] | None = None
+    _opened = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -80,8 +82,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self._allowance_at = time.monotonic()
         self._flood_told_at = 0.0
         await self.accept()
-        # The user's replies ask this group whether anyone is still there (reply.ping).
-        await self.channel_layer.group_add(replies.user_group(self.user.pk), self.channel_name)
+        # Frames of the watched conversation's replies, in order, written by one task.
+        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._writer = asyncio.create_task(self._write_forever())
+        replies.socket_opened(user_id=user.pk)
+        self._opened = True
         self._recheck_task = asyncio.create_task(self._recheck_forever())
 
     async def disconnect(self, code: int) -> None:
@@ -91,14 +96,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             if _sockets_per_user[self.user.pk] <= 0:
                 del _sockets_per_user[self.user.pk]
         # The reply goes on without this socket (chat/replies.py); only the watching stops.
+        if self._opened:
+            self._opened = False
+            replies.socket_closed(user_id=self.user.pk, watcher=self)
         await self._stop_tasks()
-        if getattr(self, "user", None) is None:
-            return
-        with contextlib.suppress(Exception):
-            await self.channel_layer.group_discard(
-                replies.user_group(self.user.pk), self.channel_name
-            )
-            await self._watch(None)
+        if self._writer is not None:
+            self._writer.cancel()
 
     async def _stop_tasks(self) -> None:
         current = asyncio.current_task()
@@ -107,6 +110,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    def deliver(self, frame: dict[str, Any]) -> None:
+        """A frame of a reply in the watched conversation (chat.replies.Watcher)."""
+        self._outbox.put_nowait(frame)
+
+    async def _write_forever(self) -> None:
+        while True:
+            frame = await self._outbox.get()
+            with contextlib.suppress(Exception):  # the socket may be closing
+                await self.send_json(frame)
 
     # --- access, re-checked while the socket is open ------------------------------------------
 
@@ -134,18 +147,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def _forbid(self) -> None:
         """Logged out, removed from the tenant, or deactivated: stop the user's replies in
-        this tenant (in whichever process runs them), close."""
+        this tenant, close. (A reply in another process stops by its own re-check.)"""
         await self._stop_tasks()
         with contextlib.suppress(Exception):
-            run = self._run
-            if run is not None and not run.done and run.task is not None:
-                await run.cancel(replies.FORBIDDEN)
-                # Its text is stored before the socket closes (the engine stops within a step).
-                await asyncio.wait_for(asyncio.shield(run.task), timeout=10)
-            await self.channel_layer.group_send(
-                replies.user_control_group(self.user.pk),
-                {"type": "reply.revoke", "tenant_id": self.tenant.pk},
-            )
+            tasks = [
+                r.task
+                for r in replies.revoke(user_id=self.user.pk, tenant_id=self.tenant.pk)
+                if r.task is not None
+            ]
+            if tasks:
+                # Their text is stored before the socket closes (the engine stops within a step).
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*tasks)), timeout=10)
         with contextlib.suppress(Exception):
             await self._error("forbidden", "You no longer have access to this conversation.")
         await self.close(code=CLOSE_FORBIDDEN)
@@ -254,12 +266,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def _on_stop(self, content: dict[str, Any]) -> None:
         """Stop the reply being written in `session` (default: the one this socket started),
-        whichever socket or process started it."""
+        whichever socket started it."""
         run = self._run
         raw = content.get("session")
         if raw in (None, "") and run is not None:
-            if not run.done:
-                await run.cancel()
+            run.request_stop()
             return
         session_id = services.check_session_id(raw)
         if session_id is None:
@@ -267,39 +278,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         session = await database_sync_to_async(services.session_get)(
             user=self.user, session_id=session_id, tenant=self.tenant
         )
-        if run is not None and not run.done and run.turn.session.id == session.id:
-            await run.cancel()
-            return
-        await self.channel_layer.group_send(
-            replies.session_control_group(session.id), {"type": "reply.stop", "reply_id": None}
-        )
+        replies.stop_session(session_id=str(session.id))
 
     async def _on_subscribe(self, content: dict[str, Any]) -> None:
         """Watch a conversation: its replies' frames from now on, and, if one is being
-        written, the whole of it so far (`reply.resume`, from the run itself)."""
+        written, the whole of it so far first (`reply.resume`)."""
         session_id = self._required_session(content)
         session = await database_sync_to_async(services.session_get)(
             user=self.user, session_id=session_id, tenant=self.tenant
         )
-        await self._watch(replies.session_group(session.id))
         streaming = await database_sync_to_async(services.reply_streaming_id)(session=session)
-        await self.send_json(
-            {"type": "subscribed", "session": str(session.id), "streaming": streaming}
-        )
-        if streaming is not None:
-            await self.channel_layer.group_send(
-                replies.session_control_group(session.id),
-                {"type": "reply.snapshot_request", "reply_to": self.channel_name},
-            )
-
-    async def _watch(self, group: str | None) -> None:
-        if group == self._watching:
-            return
-        if self._watching is not None:
-            await self.channel_layer.group_discard(self._watching, self.channel_name)
-        if group is not None:
-            await self.channel_layer.group_add(group, self.channel_name)
-        self._watching = group
+        # One step, no await: the snapshot and the deltas after it join exactly.
+        resume = replies.watch(watcher=self, session_id=str(session.id))
+        if resume is not None:
+            streaming = resume["reply"]["id"]
+        self.deliver({"type": "subscribed", "session": str(session.id), "streaming": streaming})
+        if resume is not None:
+            self.deliver(resume)
 
     def _check_idle(self) -> None:
         if self._run is not None and not self._run.done:
@@ -321,21 +316,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             params=services.default_sampling(),
         )
         # Watch the conversation before its reply starts: reply.start is its first frame.
-        await self._watch(replies.session_group(turn.session.id))
+        replies.watch(watcher=self, session_id=str(turn.session.id))
         self._run = await replies.start(
             turn=turn, ticket=ticket, user=self.user, tenant=self.tenant
         )
-
-    # --- channel-layer messages ------------------------------------------------------------
-
-    async def chat_frame(self, event: dict[str, Any]) -> None:
-        """A frame of a reply in the conversation this socket watches."""
-        await self.send_json(event["frame"])
-
-    async def reply_ping(self, event: dict[str, Any]) -> None:
-        """One of the user's replies asks whether anyone is still there."""
-        with contextlib.suppress(Exception):
-            await self.channel_layer.send(event["inbox"], {"type": "reply.here"})
 
     async def _error(
         self,

@@ -1,21 +1,22 @@
 """Replies owned by the web process, not by a socket.
 
-A chat reply runs as a task of the process that admitted it (`start`), and tells everyone
-watching its conversation through the channel layer: the group `chat.session.<id>` gets each
-frame (`reply.start`, `queued`, `delta` with its character `offset`, `error`, `reply.done`,
-`session.title`). Sockets come and go — a reload, another tab, switching conversations, a
-network blip — and the reply goes on. A socket that opens the conversation later asks for a
-snapshot (`reply.snapshot_request`, to the control group) and gets the whole text so far from
-the run itself (`reply.resume`), then the live deltas; offsets make the join exact: nothing
-missed, nothing twice.
+A chat reply runs as a task of the process that admitted it (`start`) and tells every socket of
+this process watching its conversation (`watch`): `reply.start`, `queued`, `delta` with its
+character `offset`, `error`, `reply.done`, `session.title`. Sockets come and go — a reload,
+another tab, switching conversations, a network blip — and the reply goes on. A socket that
+starts watching mid-reply is given, in the same step, the whole text so far (`snapshot`,
+sent as `reply.resume`) and from then on every delta: nothing missed, nothing twice.
 
-A run ends by itself (its own limits), by Stop (`reply.stop` to the group
-`chat.session.<id>.control`, from any of the user's sockets), when its user has had no socket
-open for `QASSIST_REPLY_GRACE_SECONDS` (it pings the group `chat.user.<id>`; each of the user's
-sockets answers `reply.here` to the run's own channel), or when the user loses access to the
-tenant (`reply.revoke` to `chat.user.<id>.control`, sent by a socket closed with 4403). Runs
-listen on the `.control` groups only, sockets on the others only: frames never reach runs,
-control messages never reach sockets.
+Delivery is in-process and synchronous (each socket has an ordered outbox), not through the
+channel layer: chat sockets stay off Redis, so a Redis restart cannot take them down
+(docs/RELIABILITY.md). With several web processes, a socket on another process than the run's
+sees the reply through the stored text (saved every half second) instead of live.
+
+A run ends by itself (its own limits), by Stop (`stop_session`, from any socket of this
+process), when its user has had no socket open in this process for
+`QASSIST_REPLY_GRACE_SECONDS`, or when the user loses access to the tenant (`revoke`, from a
+socket closed with 4403, and the run's own re-check every `QASSIST_WS_RECHECK_SECONDS`, which
+also covers a user whose sockets are elsewhere).
 
 Admission is unchanged: the ticket was admitted before the turn was stored; the run holds its
 lease while it streams and settles when it ends (`admission.held`).
@@ -24,27 +25,27 @@ lease while it streams and settles when it ends (`admission.held`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.models import User
 
 from chat import admission, services
 from chat.admission import Refused, Ticket
+from chat.keepalive import keep_reply_alive
 from chat.models import Message
 from chat.services import Turn
 from inference.service import get_engine_client
 from inference.types import Delta, Done, Failed, Queued
 from tenants.models import Tenant
-from tenants.services import Principal
+from tenants.services import Principal, principal_is_member
 
 logger = logging.getLogger(__name__)
 
@@ -56,26 +57,69 @@ ABSENT = "absent"
 FORBIDDEN = "forbidden"
 
 
-def session_group(session_id: uuid.UUID | str) -> str:
-    return f"chat.session.{session_id}"
+class Watcher(Protocol):
+    """A socket watching a conversation: `deliver` queues a frame for it, in order, at once."""
+
+    def deliver(self, frame: dict[str, Any]) -> None: ...
 
 
-def user_group(user_id: int) -> str:
-    return f"chat.user.{user_id}"
+# This process's sockets by the conversation they watch, its open sockets by user, its runs.
+_watchers: dict[str, set[Watcher]] = collections.defaultdict(set)
+_online: collections.Counter[int] = collections.Counter()
+_runs: dict[int, ReplyRun] = {}
 
 
-# The runs' own groups: control messages reach runs only, frames reach sockets only.
-def session_control_group(session_id: uuid.UUID | str) -> str:
-    return f"chat.session.{session_id}.control"
+def socket_opened(*, user_id: int) -> None:
+    _online[user_id] += 1
 
 
-def user_control_group(user_id: int) -> str:
-    return f"chat.user.{user_id}.control"
+def socket_closed(*, user_id: int, watcher: Watcher) -> None:
+    _online[user_id] -= 1
+    if _online[user_id] <= 0:
+        del _online[user_id]
+    watch(watcher=watcher, session_id=None)
 
 
-def frame_event(frame: dict[str, Any]) -> dict[str, Any]:
-    """A frame for the browser, as a channel-layer message (`ChatConsumer.chat_frame`)."""
-    return {"type": "chat.frame", "frame": frame}
+def watch(*, watcher: Watcher, session_id: str | None) -> dict[str, Any] | None:
+    """Watch one conversation (None: none). Returns the `reply.resume` frame of the reply being
+    written in it by this process, if any, taken in the same step as the watching begins: the
+    deltas the socket gets next continue exactly where it ends."""
+    for key in [k for k, sockets in _watchers.items() if watcher in sockets]:
+        _watchers[key].discard(watcher)
+        if not _watchers[key]:
+            del _watchers[key]
+    if session_id is None:
+        return None
+    _watchers[session_id].add(watcher)
+    run = running_in(session_id)
+    return run.snapshot() if run is not None else None
+
+
+def running_in(session_id: str) -> ReplyRun | None:
+    return next(
+        (r for r in _runs.values() if str(r.turn.session.id) == session_id and not r.done), None
+    )
+
+
+def stop_session(*, session_id: str) -> bool:
+    """Stop the reply being written in the conversation, if this process runs it."""
+    run = running_in(session_id)
+    if run is None:
+        return False
+    run.request_stop()
+    return True
+
+
+def revoke(*, user_id: int, tenant_id: int) -> list[ReplyRun]:
+    """The user lost access to the tenant: their replies there end now. Returns them."""
+    runs = [
+        r
+        for r in _runs.values()
+        if r.user.pk == user_id and r.tenant.pk == tenant_id and not r.done
+    ]
+    for run in runs:
+        run.request_stop(FORBIDDEN)
+    return runs
 
 
 @dataclass
@@ -84,7 +128,6 @@ class ReplyRun:
     ticket: Ticket
     user: User
     tenant: Tenant
-    inbox: str = ""
     parts: list[str] = field(default_factory=list)
     chars: int = 0
     task: asyncio.Task[None] | None = None
@@ -98,24 +141,19 @@ class ReplyRun:
         return self.turn.reply.id
 
     @property
-    def group(self) -> str:
-        return session_group(self.turn.session.id)
-
-    @property
     def done(self) -> bool:
         return self.task is None or self.task.done()
 
-    async def publish(self, frame: dict[str, Any]) -> None:
-        await get_channel_layer().group_send(self.group, frame_event(frame))
+    def publish(self, frame: dict[str, Any]) -> None:
+        for watcher in list(_watchers.get(str(self.turn.session.id), ())):
+            watcher.deliver(frame)
 
     # --- the run ---------------------------------------------------------------------------
 
     async def main(self) -> None:
-        layer = get_channel_layer()
-        control = asyncio.create_task(self._control())
-        presence = asyncio.create_task(self._watch_presence())
+        guard = asyncio.create_task(self._guard())
         try:
-            await self.publish(
+            self.publish(
                 {
                     "type": "reply.start",
                     "session": {"id": str(self.turn.session.id), "title": self.turn.session.title},
@@ -129,24 +167,20 @@ class ReplyRun:
                 }
             )
             message = await self._stream()
-            await self.publish({"type": "reply.done", "reply": services.message_data(message)})
+            self.publish({"type": "reply.done", "reply": services.message_data(message)})
+            guard.cancel()
             if (
                 self.turn.session_created
                 and message.status == Message.Status.COMPLETE
                 and settings.QASSIST_GENERATE_TITLES
             ):
-                presence.cancel()
                 await self._generate_title()
         except Exception:
             logger.exception("reply %s failed", self.reply_id)
         finally:
-            for task in (control, presence):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            with contextlib.suppress(Exception):
-                await layer.group_discard(session_control_group(self.turn.session.id), self.inbox)
-                await layer.group_discard(user_control_group(self.user.pk), self.inbox)
+            guard.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await guard
             _runs.pop(self.reply_id, None)
 
     async def _stream(self) -> Message:
@@ -160,17 +194,19 @@ class ReplyRun:
             deltas = 0
             last_save = time.monotonic()
             outcome: dict[str, Any] = {"finish_reason": "error", "error": ""}
+            keep_alive = keep_reply_alive(reply_id)
             try:
                 async for event in get_engine_client().generate(ticket.submission):
                     self.streaming = True  # the engine has the request: a cancel reaches it
                     if self.stop_requested and not self.cancel_sent:
-                        await self.cancel()
+                        self.cancel_sent = True
+                        await get_engine_client().cancel(ticket.submission.request_id)
                     if isinstance(event, Queued):
-                        await self.publish(
+                        self.publish(
                             {"type": "queued", "reply_id": reply_id, "position": event.position}
                         )
                     elif isinstance(event, Delta):
-                        await self._delta(event.text)
+                        self._delta(event.text)
                         deltas += 1
                         if time.monotonic() - last_save >= SAVE_EVERY_SECONDS:
                             last_save = time.monotonic()
@@ -193,7 +229,7 @@ class ReplyRun:
                             "error": event.message,
                             "error_code": event.code,
                         }
-                        await self.publish(
+                        self.publish(
                             _error_frame(event.code, event.message, reply_id, event.retry_after)
                         )
             except asyncio.CancelledError:
@@ -206,8 +242,9 @@ class ReplyRun:
                     "error": "The reply failed unexpectedly.",
                     "error_code": "internal",
                 }
-                await self.publish(_error_frame("internal", outcome["error"], reply_id))
+                self.publish(_error_frame("internal", outcome["error"], reply_id))
             finally:
+                keep_alive.cancel()
                 self.streaming = False
                 if outcome["finish_reason"] == "cancelled" and self.cut == ABSENT:
                     outcome["finish_reason"] = "disconnected"
@@ -234,17 +271,15 @@ class ReplyRun:
                 )
         return message
 
-    async def _delta(self, text: str) -> None:
+    def _delta(self, text: str) -> None:
         offset = self.chars
         self.parts.append(text)
         self.chars += len(text)
-        await self.publish(
-            {"type": "delta", "reply_id": self.reply_id, "offset": offset, "text": text}
-        )
+        self.publish({"type": "delta", "reply_id": self.reply_id, "offset": offset, "text": text})
 
     async def _stream_cached(self, answer: str, started: float) -> Message:
         for i in range(0, len(answer), CACHED_CHUNK_CHARS):
-            await self._delta(answer[i : i + CACHED_CHUNK_CHARS])
+            self._delta(answer[i : i + CACHED_CHUNK_CHARS])
         message: Message = await database_sync_to_async(services.reply_finish)(
             reply_id=self.reply_id,
             content=answer,
@@ -293,45 +328,38 @@ class ReplyRun:
             session_id=turn.session.id, title=title, replaces=turn.session.title
         )
         if changed:
-            await self.publish(
+            self.publish(
                 {"type": "session.title", "session": {"id": str(turn.session.id), "title": title}}
             )
 
-    # --- control: stop, snapshots, presence, revocation ------------------------------------
+    # --- stop, presence, access -------------------------------------------------------------
 
-    async def _control(self) -> None:
-        layer = get_channel_layer()
-        while True:
-            message = await layer.receive(self.inbox)
-            kind = message.get("type")
-            if kind == "reply.stop" and message.get("reply_id") in (None, self.reply_id):
-                await self.cancel()
-            elif kind == "reply.snapshot_request":
-                with contextlib.suppress(Exception):  # the asker may be gone already
-                    await layer.send(message["reply_to"], frame_event(self.snapshot()))
-            elif kind == "reply.here":
-                self._last_seen = time.monotonic()
-            elif kind == "reply.revoke" and message.get("tenant_id") == self.tenant.pk:
-                await self.cancel(FORBIDDEN)
-
-    _last_seen: float = 0.0
-
-    async def _watch_presence(self) -> None:
-        """Ask the user's sockets, every few seconds, whether any is still open; none for the
-        grace period ends the reply."""
-        layer = get_channel_layer()
+    async def _guard(self) -> None:
+        """End the reply when its user has had no socket open here for the grace period, or
+        lost access to the tenant (re-checked like an open socket is)."""
         grace = float(settings.QASSIST_REPLY_GRACE_SECONDS)
-        interval = max(0.05, min(5.0, grace / 3))
-        self._last_seen = time.monotonic()
+        recheck = max(1.0, float(settings.QASSIST_WS_RECHECK_SECONDS))
+        interval = max(0.05, min(1.0, grace / 3))
+        last_seen = last_check = time.monotonic()
+        principal = Principal(tenant=self.tenant, user=self.user)
         while True:
-            await layer.group_send(
-                user_group(self.user.pk), {"type": "reply.ping", "inbox": self.inbox}
-            )
             await asyncio.sleep(interval)
-            if time.monotonic() - self._last_seen > grace:
+            now = time.monotonic()
+            if _online.get(self.user.pk, 0) > 0:
+                last_seen = now
+            elif now - last_seen > grace:
                 logger.info("reply %s: nobody watching for %.0f s, stopping", self.reply_id, grace)
-                await self.cancel(ABSENT)
+                self.request_stop(ABSENT)
                 return
+            if now - last_check >= recheck:
+                last_check = now
+                try:
+                    member = await database_sync_to_async(principal_is_member)(principal=principal)
+                except Exception:  # the database away for a moment: check again later
+                    member = True
+                if not member:
+                    self.request_stop(FORBIDDEN)
+                    return
 
     def snapshot(self) -> dict[str, Any]:
         """The whole reply so far, for a socket that joins mid-reply; deltas after it carry
@@ -340,36 +368,29 @@ class ReplyRun:
         reply["content"] = "".join(self.parts)
         return {"type": "reply.resume", "reply": reply, "offset": self.chars}
 
-    async def cancel(self, cut: str = "") -> None:
+    def request_stop(self, cut: str = "") -> None:
         """End the reply: the engine stops within a step and the text so far is kept."""
         if cut and not self.cut:
             self.cut = cut
         self.stop_requested = True
         if self.streaming and not self.cancel_sent:
             self.cancel_sent = True
-            await get_engine_client().cancel(self.ticket.submission.request_id)
+            task = asyncio.create_task(
+                get_engine_client().cancel(self.ticket.submission.request_id)
+            )
+            _background.add(task)
+            task.add_done_callback(_background.discard)
 
 
-_runs: dict[int, ReplyRun] = {}  # this process's running replies, by reply id
+_background: set[asyncio.Task[None]] = set()  # cancels on their way to the engine
 
 
 async def start(*, turn: Turn, ticket: Ticket, user: User, tenant: Tenant) -> ReplyRun:
     """Run an admitted, stored turn's reply as a task of this process."""
-    layer = get_channel_layer()
     run = ReplyRun(turn=turn, ticket=ticket, user=user, tenant=tenant)
-    # The default prefix: with channels_redis, every channel of a process with one prefix shares
-    # one receive loop; a channel of another prefix would hold the layer's receive lock while
-    # waiting on its own list, stalling the sockets' messages for seconds.
-    run.inbox = await layer.new_channel()
-    await layer.group_add(session_control_group(turn.session.id), run.inbox)
-    await layer.group_add(user_control_group(user.pk), run.inbox)
     _runs[run.reply_id] = run
     run.task = asyncio.create_task(run.main())
     return run
-
-
-def running() -> list[ReplyRun]:
-    return list(_runs.values())
 
 
 def _error_frame(
