@@ -270,8 +270,11 @@ def draft_measure(request: HttpRequest) -> HttpResponse:
     in_session, alone = services.draft_conversations(
         user=_user(request), tenant=membership.tenant, session_id=session_id, content=content
     )
-    room = admission.measure(in_session)
-    fits_alone = room.fits if session_id is None else admission.measure(alone).fits
+    try:
+        room = admission.measure(in_session)
+        fits_alone = room.fits if session_id is None else admission.measure(alone).fits
+    except FileNotFoundError:  # no model (so no vocabulary) on this server: nothing to count
+        return _json_error("worker_down", "The model is not installed on this server.", 503)
     message_ok = len(content) <= services.MAX_MESSAGE_CHARS
     return JsonResponse(
         {

@@ -698,3 +698,17 @@ def test_the_counter_refuses_bad_input_and_other_peoples_sessions(
     owners = make_session(owner, tenant, "Owner's", ("user", "secret"))
     assert measure(client, "hi", owners).status_code == 404
     assert post_json(Client(), reverse("chat:draft_measure"), {"content": "x"}).status_code == 401
+
+
+def test_the_counter_says_so_when_the_model_is_not_installed(
+    member: User, tenant: Tenant, monkeypatch: Any
+) -> None:
+    from chat import admission
+
+    def missing() -> None:
+        raise FileNotFoundError("models/x.gguf")
+
+    monkeypatch.setattr(admission, "get_prompt_counter", missing)
+    response = measure(logged_in(member), "hello")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "worker_down"
