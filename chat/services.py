@@ -675,6 +675,19 @@ def cached_reply_lookup(*, tenant: Tenant, conversation: list[ChatMessage]) -> C
     return reply
 
 
+def cached_replies_set_enabled(
+    *, replies: QuerySet[CachedReply], enabled: bool
+) -> list[CachedReply]:
+    """Switch replies on or off; returns those that changed. Saved one by one so every process's
+    cache index hears of it (bulk updates skip the signals that invalidate it)."""
+    changed = []
+    for reply in replies.exclude(enabled=enabled):
+        reply.enabled = enabled
+        reply.save(update_fields=["enabled", "updated_at"])
+        changed.append(reply)
+    return changed
+
+
 def title_sampling() -> SamplingParams:
     return SamplingParams(max_tokens=20, temperature=0, stop=("\n",))
 

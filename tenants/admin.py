@@ -6,12 +6,18 @@ from typing import Any, Literal
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import User
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.db.models import CharField, Q, QuerySet, Subquery
+from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 
+from tenants.admin_scope import TenantScopedAdmin, admin_tenants, is_tenant_admin, tenant_filter
 from tenants.models import ApiKey, Membership, Tenant, UsageRecord
 from tenants.services import (
     ApiKeyStatus,
@@ -20,9 +26,23 @@ from tenants.services import (
     api_key_revoke,
     api_key_status,
     check_tenant_slug,
+    tenant_set_active,
     usage_period_start,
     usage_totals,
 )
+
+# What only superusers set: a tenant admin who could raise them would have no limits at all.
+SUPERUSER_FIELDS = [
+    "slug",
+    "active",
+    "priority",
+    "requests_per_minute",
+    "tokens_per_minute",
+    "max_concurrent_streams",
+    "daily_token_quota",
+    "monthly_token_quota",
+]
+LIMIT_FIELDS = SUPERUSER_FIELDS[1:]
 
 
 class MembershipInline(admin.TabularInline[Membership, Tenant]):
@@ -41,7 +61,8 @@ class TenantAdminForm(forms.ModelForm[Tenant]):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin[Tenant]):
+class TenantAdmin(TenantScopedAdmin[Tenant]):
+    tenant_path = "pk"
     form = TenantAdminForm
     list_display = [
         "slug",
@@ -59,6 +80,7 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
     prepopulated_fields = {"slug": ["name"]}
     readonly_fields = ["created_at", "updated_at", "usage_today", "usage_this_month"]
     inlines = [MembershipInline]
+    actions = ["deactivate_selected", "activate_selected"]
     fieldsets = [
         (None, {"fields": ["name", "slug", "active", "priority", "system_prompt"]}),
         (
@@ -76,6 +98,71 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
         ("Usage", {"fields": ["usage_today", "usage_this_month"]}),
         ("Audit", {"fields": ["created_at", "updated_at"]}),
     ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Tenant | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:
+            fields += SUPERUSER_FIELDS
+        return fields
+
+    def get_prepopulated_fields(
+        self, request: HttpRequest, obj: Tenant | None = None
+    ) -> dict[str, Any]:
+        if not request.user.is_superuser:
+            return {}  # the slug is read-only for them
+        return dict(super().get_prepopulated_fields(request, obj))
+
+    def get_inlines(self, request: HttpRequest, obj: Tenant | None) -> list[Any]:
+        # Tenant admins manage people on the Memberships page, where users are scoped.
+        return list(self.inlines) if request.user.is_superuser else []
+
+    def has_limits_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def construct_change_message(
+        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
+    ) -> list[dict[str, Any]]:
+        """Django's message names the changed fields; for limits it also says from what to what,
+        so the history answers "who raised acme's quota, and from how much"."""
+        message: list[dict[str, Any]] = super().construct_change_message(
+            request, form, formsets, add
+        )
+        if add:
+            return message
+        for entry in message:
+            changed = entry.get("changed")
+            if changed and "fields" in changed and "name" not in changed:
+                changed["fields"] = [
+                    self._describe_change(form, label) for label in changed["fields"]
+                ]
+        return message
+
+    @staticmethod
+    def _describe_change(form: Any, label: str) -> str:
+        for name in LIMIT_FIELDS:
+            if name in form.changed_data and form.fields[name].label == label:
+                before = form.initial.get(name)
+                after = form.cleaned_data.get(name)
+                return f"{label} ({_limit_text(before)} → {_limit_text(after)})"
+        return label
+
+    @admin.action(description="Deactivate selected tenants", permissions=["limits"])
+    def deactivate_selected(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        self._set_active(request, queryset, active=False)
+
+    @admin.action(description="Activate selected tenants", permissions=["limits"])
+    def activate_selected(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        self._set_active(request, queryset, active=True)
+
+    def _set_active(self, request: HttpRequest, queryset: QuerySet[Tenant], active: bool) -> None:
+        changed = 0
+        for tenant in queryset:
+            if tenant_set_active(tenant=tenant, active=active):
+                label = f"Active ({_limit_text(not active)} → {_limit_text(active)})"
+                self.log_change(request, tenant, [{"changed": {"fields": [label]}}])
+                changed += 1
+        verb = "Activated" if active else "Deactivated"
+        self.message_user(request, f"{verb} {changed} tenant(s).", messages.SUCCESS)
 
     @admin.display(description="usage today")
     def usage_today(self, obj: Tenant) -> str:
@@ -100,13 +187,44 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
         return text
 
 
+def _limit_text(value: object) -> str:
+    if value is None or value == "":
+        return "no limit"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin[Membership]):
+class MembershipAdmin(TenantScopedAdmin[Membership]):
+    tenant_admin_can_add = True
+    tenant_admin_can_delete = True
     list_display = ["user", "tenant", "role", "created_at"]
-    list_filter = ["role", "tenant"]
+    list_filter = ["role", tenant_filter()]
+    list_select_related = ["user", "tenant"]
     search_fields = ["user__username", "user__email", "tenant__slug", "tenant__name"]
     autocomplete_fields = ["user", "tenant"]
     readonly_fields = ["created_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Membership | None = None) -> list[str]:
+        # A membership moved to someone else or another tenant is a new membership.
+        return ["user", "tenant", "created_at"] if obj is not None else ["created_at"]
+
+    def formfield_for_foreignkey(
+        self, db_field: models.ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
+    ) -> forms.ModelChoiceField[Any] | None:
+        if db_field.name == "user" and not request.user.is_superuser:
+            # Tenant admins add an existing account by its exact username: they see no list
+            # of everyone's accounts (which would show who works for other tenants).
+            return forms.ModelChoiceField(
+                queryset=User.objects.filter(is_active=True),
+                to_field_name="username",
+                widget=forms.TextInput,
+                label="Username",
+                help_text="The exact username of an existing account.",
+                error_messages={"invalid_choice": "There is no active account with this username."},
+            )
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
 class ApiKeyStatusFilter(admin.SimpleListFilter):
@@ -132,11 +250,12 @@ class ApiKeyStatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
+class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
     """Keys are made by api_key_create: the add form asks only what a person decides."""
 
     # The raw key of a key made during a request, until response_add shows it (then dropped).
     _new_keys: weakref.WeakKeyDictionary[HttpRequest, str] = weakref.WeakKeyDictionary()
+    tenant_admin_can_add = True
 
     list_display = [
         "prefix",
@@ -148,7 +267,7 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
         "expires_at",
         "revoked_at",
     ]
-    list_filter = [ApiKeyStatusFilter, "tenant", "expires_at"]
+    list_filter = [ApiKeyStatusFilter, tenant_filter(), "expires_at"]
     list_select_related = ["tenant"]
     search_fields = ["prefix", "name", "tenant__slug"]
     autocomplete_fields = ["tenant"]
@@ -240,7 +359,8 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
 
 
 @admin.register(UsageRecord)
-class UsageRecordAdmin(admin.ModelAdmin[UsageRecord]):
+class UsageRecordAdmin(TenantScopedAdmin[UsageRecord]):
+    tenant_admin_can_change = False
     list_display = [
         "created_at",
         "tenant",
@@ -252,7 +372,8 @@ class UsageRecordAdmin(admin.ModelAdmin[UsageRecord]):
         "latency_ms",
         "status",
     ]
-    list_filter = ["status", "cached", "tenant", "created_at"]
+    list_filter = ["status", "cached", tenant_filter(), "created_at"]
+    list_select_related = ["tenant", "user", "api_key"]
     search_fields = ["tenant__slug", "user__username", "api_key__prefix"]
     date_hierarchy = "created_at"
     readonly_fields = [
@@ -268,5 +389,69 @@ class UsageRecordAdmin(admin.ModelAdmin[UsageRecord]):
         "created_at",
     ]
 
-    def has_add_permission(self, request: object) -> bool:  # usage is recorded, never typed in
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False  # usage is recorded, never typed in
+
+
+def _audited_models() -> list[tuple[type[models.Model], str]]:
+    """Models whose admin history is a tenant's audit trail, and the path to their tenant."""
+    from chat.models import CachedReply
+
+    return [(Tenant, "pk"), (Membership, "tenant"), (ApiKey, "tenant"), (CachedReply, "tenant")]
+
+
+@admin.register(LogEntry)
+class AuditTrailAdmin(admin.ModelAdmin[LogEntry]):
+    """The admin's history as the audit trail: who changed what (limits with old and new
+    values), when. Read-only; tenant admins see only entries about their tenants' objects."""
+
+    list_display = ["action_time", "user", "content_type", "object_repr", "action", "change"]
+    list_filter = ["action_flag", "content_type"]
+    search_fields = ["object_repr", "change_message", "user__username"]
+    date_hierarchy = "action_time"
+    list_select_related = ["user", "content_type"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[LogEntry]:
+        entries = super().get_queryset(request)
+        tenants = admin_tenants(request)
+        if tenants is None:
+            return entries
+        about_theirs = Q(pk__in=[])
+        for model, path in _audited_models():
+            ids = (
+                model._default_manager.filter(**{f"{path}__in": tenants})
+                .annotate(_object_id=Cast("pk", output_field=CharField()))
+                .values("_object_id")
+            )
+            about_theirs |= Q(
+                content_type=ContentType.objects.get_for_model(model),
+                object_id__in=Subquery(ids),
+            )
+        return entries.filter(about_theirs)
+
+    @admin.display(description="action")
+    def action(self, obj: LogEntry) -> str:
+        return {1: "added", 2: "changed", 3: "deleted"}.get(obj.action_flag, "?")
+
+    @admin.display(description="change")
+    def change(self, obj: LogEntry) -> str:
+        return obj.get_change_message()
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser) or is_tenant_admin(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if request.user.is_superuser:
+            return True
+        return is_tenant_admin(request) and (
+            obj is None or self.get_queryset(request).filter(pk=obj.pk).exists()
+        )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -230,6 +230,26 @@ def membership_for(*, user: AnyUser, tenant_slug: str | None = None) -> Membersh
     return memberships.order_by("tenant__slug").first()
 
 
+def tenants_administered_by(*, user: AnyUser) -> QuerySet[Tenant]:
+    """The tenants (active or not) that `user` runs in the admin: a staff account whose
+    membership says "tenant admin". Superusers are not special here; the admin checks that."""
+    if not user.is_authenticated or not user.is_active or not getattr(user, "is_staff", False):
+        return Tenant.objects.none()
+    return Tenant.objects.filter(
+        memberships__user_id=user.pk, memberships__role=Membership.Role.ADMIN
+    ).order_by("slug")
+
+
+def tenant_set_active(*, tenant: Tenant, active: bool) -> bool:
+    """Switch a tenant on or off; an inactive tenant's keys and members are refused at once.
+    Returns whether anything changed."""
+    if tenant.active == active:
+        return False
+    tenant.active = active
+    tenant.save(update_fields=["active", "updated_at"])
+    return True
+
+
 # --- Usage -----------------------------------------------------------------------------------
 
 

@@ -118,3 +118,20 @@ def outsider(other_tenant: Tenant) -> User:
 def api_key(tenant: Tenant, owner: User) -> tuple[ApiKey, str]:
     """acme's key and its raw secret (what a client sends as `Authorization: Bearer ...`)."""
     return api_key_create(tenant=tenant, name="acme integration", created_by=owner)
+
+
+@pytest.fixture
+def tenant_admin(owner: User) -> User:
+    """acme's owner with a staff account: runs acme in the Django admin, and nothing else."""
+    owner.is_staff = True
+    owner.save(update_fields=["is_staff"])
+    return owner
+
+
+@pytest.fixture
+def other_admin(other_tenant: Tenant) -> User:
+    """Staff of globex: a tenant admin there, a stranger to acme."""
+    user = _person("globex_admin", other_tenant, Membership.Role.ADMIN)
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    return user

@@ -1,0 +1,140 @@
+"""Tenant admins in their own lane: what a non-superuser sees and may do in the Django admin.
+
+Superusers see everything. Every other staff user sees only the tenants they administer (their
+membership's role is "tenant admin", see `tenants_administered_by`), whatever Django model
+permissions they hold: querysets, object pages, foreign-key choices, list filters and
+autocomplete all go through the same scope, so another tenant's name never appears, and an
+object of another tenant is "not found" exactly like one that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypeVar
+
+from django.contrib import admin
+from django.contrib.auth.models import User
+from django.db import models
+from django.db.models import QuerySet
+from django.forms import ModelChoiceField
+from django.http import HttpRequest
+
+from tenants.models import ApiKey, Tenant
+from tenants.services import tenants_administered_by
+
+_M = TypeVar("_M", bound=models.Model)
+
+_SCOPE_ATTR = "_qassist_admin_tenants"
+
+
+def admin_tenants(request: HttpRequest) -> QuerySet[Tenant] | None:
+    """The tenants `request.user` may see in the admin; None for a superuser (all of them).
+    Evaluated once per request: one query, however many widgets ask."""
+    user = request.user
+    if user.is_active and user.is_superuser:
+        return None
+    cached: QuerySet[Tenant] | None = getattr(request, _SCOPE_ATTR, None)
+    if cached is None:
+        ids = list(tenants_administered_by(user=user).values_list("id", flat=True))
+        cached = Tenant.objects.filter(id__in=ids)
+        setattr(request, _SCOPE_ATTR, cached)
+    return cached
+
+
+def is_tenant_admin(request: HttpRequest) -> bool:
+    """A non-superuser who administers at least one tenant."""
+    tenants = admin_tenants(request)
+    return tenants is not None and tenants.exists()
+
+
+def scope_queryset(queryset: QuerySet[_M], request: HttpRequest, tenant_path: str) -> QuerySet[_M]:
+    tenants = admin_tenants(request)
+    if tenants is None:
+        return queryset
+    return queryset.filter(**{f"{tenant_path}__in": tenants})
+
+
+def scoped_choices(model: type[models.Model], request: HttpRequest) -> QuerySet[Any] | None:
+    """What a foreign key to `model` may point at for this user; None: leave the default."""
+    tenants = admin_tenants(request)
+    if tenants is None:
+        return None
+    if model is Tenant:
+        return tenants.order_by("slug")
+    if model is ApiKey:
+        return ApiKey.objects.filter(tenant__in=tenants)
+    if model is User:
+        return User.objects.filter(memberships__tenant__in=tenants).distinct()
+    from chat.models import ChatSession  # chat depends on tenants, not the other way round
+
+    if model is ChatSession:
+        return ChatSession.objects.filter(tenant__in=tenants)
+    return None
+
+
+class TenantScopedAdmin(admin.ModelAdmin[_M]):
+    """A ModelAdmin whose rows belong to a tenant through `tenant_path`."""
+
+    tenant_path: ClassVar[str] = "tenant"
+    # What a tenant admin may do here (viewing is always allowed).
+    tenant_admin_can_add: ClassVar[bool] = False
+    tenant_admin_can_change: ClassVar[bool] = True
+    tenant_admin_can_delete: ClassVar[bool] = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[_M]:
+        return scope_queryset(super().get_queryset(request), request, self.tenant_path)
+
+    def _in_scope(self, request: HttpRequest, obj: _M | None) -> bool:
+        if obj is None:
+            return True
+        return scope_queryset(
+            self.model._default_manager.filter(pk=obj.pk), request, self.tenant_path
+        ).exists()
+
+    def _tenant_admin_may(self, request: HttpRequest, allowed: bool, obj: _M | None) -> bool:
+        return allowed and is_tenant_admin(request) and self._in_scope(request, obj)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        if request.user.is_superuser:
+            return super().has_module_permission(request)
+        return is_tenant_admin(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if request.user.is_superuser:
+            return super().has_view_permission(request, obj)
+        return self._tenant_admin_may(request, True, obj)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        if request.user.is_superuser:
+            return super().has_add_permission(request, *args)
+        return self._tenant_admin_may(request, self.tenant_admin_can_add, None)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if request.user.is_superuser:
+            return super().has_change_permission(request, obj)
+        return self._tenant_admin_may(request, self.tenant_admin_can_change, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if request.user.is_superuser:
+            return super().has_delete_permission(request, obj)
+        return self._tenant_admin_may(request, self.tenant_admin_can_delete, obj)
+
+    def get_autocomplete_fields(self, request: HttpRequest) -> list[str]:
+        fields = list(super().get_autocomplete_fields(request))
+        if request.user.is_superuser:
+            return fields
+        # The user admin is the superusers' (it lists every account): tenant admins get a
+        # select of their own tenants' people instead.
+        return [name for name in fields if name != "user"]
+
+    def formfield_for_foreignkey(
+        self, db_field: models.ForeignKey[Any, Any], request: HttpRequest, **kwargs: Any
+    ) -> ModelChoiceField[Any] | None:
+        choices = scoped_choices(db_field.remote_field.model, request)
+        if choices is not None:
+            kwargs["queryset"] = choices
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+def tenant_filter(path: str = "tenant") -> tuple[str, type[admin.RelatedOnlyFieldListFilter]]:
+    """A list filter offering only the tenants of the rows this user can see."""
+    return (path, admin.RelatedOnlyFieldListFilter)
