@@ -3,6 +3,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -93,8 +94,22 @@ class CachedReply(models.Model):
         related_name="cached_replies",
         help_text="Empty: every tenant.",
     )
-    question = models.TextField()
+    question = models.TextField(
+        help_text=(
+            "Answered from the cache only when a conversation's first message is this question "
+            "(or one of the alternative phrasings below) exactly, once case, full-width and "
+            "half-width forms, punctuation (，。？！ as much as , . ? !) and spaces are set "
+            "aside. Nothing fuzzy: “How do I reach the VPN, please?” is another question "
+            "unless you list it. A follow-up question in a conversation is never answered "
+            "from the cache: its meaning depends on what came before."
+        )
+    )
     normalized_key = models.CharField(max_length=512, db_index=True, editable=False)
+    alternatives = models.TextField(
+        blank=True,
+        verbose_name="alternative phrasings",
+        help_text="Other ways people ask the same thing, one per line; matched the same way.",
+    )
     answer = models.TextField()
     enabled = models.BooleanField(default=True)
     hits = models.PositiveIntegerField(default=0, editable=False)
@@ -128,3 +143,69 @@ class CachedReply(models.Model):
 
         self.normalized_key = normalize_question(self.question)
         super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    def clean(self) -> None:
+        """Each phrasing answers one reply only, in its scope (a tenant, or every tenant)."""
+        from chat.cache import reply_keys
+
+        keys = reply_keys(self)
+        if not keys:
+            raise ValidationError(
+                {"question": "This question is only punctuation or spaces: nothing would match."}
+            )
+        others = (
+            CachedReply.objects.filter(tenant__isnull=True)
+            if self.tenant_id is None
+            else CachedReply.objects.filter(tenant_id=self.tenant_id)
+        ).exclude(pk=self.pk)
+        for other in others.only("id", "question", "alternatives", "tenant_id"):
+            shared = set(keys) & set(reply_keys(other))
+            if shared:
+                raise ValidationError(
+                    f"“{sorted(shared)[0]}” already answers the cached reply “{other}” "
+                    "(after normalisation): edit that one instead, or reword this one.",
+                    code="unique",
+                )
+
+
+class CachedReplyCandidate(models.Model):
+    """A first-turn question people keep asking: a cached reply waiting to be written.
+
+    Counted per tenant by normalised key when the model (not the cache) answered a conversation's
+    first message; staff promote it to a cached reply, possibly from a drafted answer.
+    """
+
+    class DraftStatus(models.TextChoices):
+        NONE = "", "—"
+        PENDING = "pending", "Drafting…"
+        READY = "ready", "Draft ready"
+        FAILED = "failed", "Draft failed"
+
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="cached_reply_candidates"
+    )
+    normalized_key = models.CharField(max_length=512, editable=False)
+    question = models.TextField(help_text="The latest wording people used.")
+    count = models.PositiveIntegerField(default=0, help_text="Times asked as a first message.")
+    last_answer = models.TextField(blank=True, help_text="The model's latest answer.")
+    first_asked_at = models.DateTimeField(default=timezone.now)
+    last_asked_at = models.DateTimeField(default=timezone.now, db_index=True)
+    draft_answer = models.TextField(blank=True)
+    draft_status = models.CharField(
+        max_length=16, choices=DraftStatus.choices, default=DraftStatus.NONE, blank=True
+    )
+    draft_error = models.TextField(blank=True)
+    promoted_to = models.ForeignKey(
+        CachedReply, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-count", "-last_asked_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "normalized_key"], name="candidate_tenant_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.question[:80]

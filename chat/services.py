@@ -21,7 +21,8 @@ from django.db.models import F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from chat.cache import normalize_question
+from chat.cache import get_index, normalize_question
+from chat.cached_replies import candidate_record
 from chat.language import same_language
 from chat.models import CachedReply, ChatSession, Message
 from inference.types import ChatMessage, SamplingParams
@@ -589,6 +590,8 @@ def reply_finish(
             status=_usage_status(finish_reason, error),
             reason=(error_code or "error") if error else "",
         )
+        if status is Message.Status.COMPLETE and finish_reason == "stop" and not served_from_cache:
+            _count_first_question(reply)
     return reply
 
 
@@ -608,6 +611,18 @@ def usage_record_background(
         completion_tokens=completion_tokens,
         reason="background",
     )
+
+
+def _count_first_question(reply: Message) -> None:
+    """A conversation's first question answered by the model counts towards the cached-reply
+    candidates; any later turn does not (its meaning depends on what came before)."""
+    earlier = list(
+        reply.session.messages.exclude(id=reply.id)
+        .exclude(status=Message.Status.ERROR)
+        .values_list("role", "content")[:2]
+    )
+    if len(earlier) == 1 and earlier[0][0] == Message.Role.USER:
+        candidate_record(tenant=reply.session.tenant, question=earlier[0][1], answer=reply.content)
 
 
 def _usage_status(finish_reason: str, error: str) -> str:
@@ -655,37 +670,32 @@ def message_data(message: Message, versions: list[int] | None = None) -> dict[st
 # --- cached replies ------------------------------------------------------------------------
 
 
-def cached_reply_lookup(*, tenant: Tenant, conversation: list[ChatMessage]) -> CachedReply | None:
-    """A curated answer for a single-turn question; never for a multi-turn context, whose
-    meaning depends on what came before (GPTCache's wrong-answer trap)."""
+def first_turn_question(conversation: list[ChatMessage]) -> str | None:
+    """The question if `conversation` is a single user message (a system prompt aside);
+    None for a multi-turn context, whose meaning depends on what came before (GPTCache's
+    wrong-answer trap): never answered from, nor counted towards, the cache."""
     turns = [m for m in conversation if m.role != "system"]
     if len(turns) != 1 or turns[0].role != "user":
         return None
-    key = normalize_question(turns[0].content)
+    return turns[0].content
+
+
+def cached_reply_lookup(*, tenant: Tenant, conversation: list[ChatMessage]) -> CachedReply | None:
+    """A curated answer for a single-turn question: the tenant's own if one is in force, else
+    the one for every tenant. Reads the in-process index (chat/cache.py): no database query
+    while the table is unchanged; a hit costs one UPDATE of its counter. The returned reply is
+    shared by the process: read it, do not change it."""
+    question = first_turn_question(conversation)
+    if question is None:
+        return None
+    key = normalize_question(question)
     if not key:
         return None
     now = timezone.now()
-    candidates = CachedReply.objects.filter(
-        Q(tenant=tenant) | Q(tenant__isnull=True), normalized_key=key, enabled=True
-    ).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-    # A tenant's own answer wins over the global one.
-    reply = candidates.order_by(F("tenant_id").asc(nulls_last=True)).first()
+    reply = get_index().lookup(tenant_id=tenant.id, key=key, now=now)
     if reply is not None:
         CachedReply.objects.filter(id=reply.id).update(hits=F("hits") + 1, last_hit_at=now)
     return reply
-
-
-def cached_replies_set_enabled(
-    *, replies: QuerySet[CachedReply], enabled: bool
-) -> list[CachedReply]:
-    """Switch replies on or off; returns those that changed. Saved one by one so every process's
-    cache index hears of it (bulk updates skip the signals that invalidate it)."""
-    changed = []
-    for reply in replies.exclude(enabled=enabled):
-        reply.enabled = enabled
-        reply.save(update_fields=["enabled", "updated_at"])
-        changed.append(reply)
-    return changed
 
 
 def title_sampling() -> SamplingParams:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+import threading
 
-from chat import services
+from celery import shared_task
+from django.db import close_old_connections, transaction
+
+from chat import cached_replies, services
+from inference.service import engine_mode
 
 
 @shared_task
@@ -14,3 +18,27 @@ def interrupt_stale_replies() -> int:
     were marked. A reply cut by a dead inference worker does not wait for this: its web process
     hears `worker_down` as soon as the worker's heartbeat lapses and ends it at once."""
     return services.replies_interrupt_stale()
+
+
+@shared_task
+def draft_cached_reply_answer(candidate_id: int) -> str:
+    """Ask the model, at background priority, for a draft answer to a candidate question."""
+    return cached_replies.candidate_draft_answer(candidate_id=candidate_id).draft_status
+
+
+def draft_dispatch(*, candidate_id: int) -> None:
+    """Start a draft once the request's transaction commits. With Redis, on a Celery worker
+    (the shared inference worker runs it on spare sequences). Embedded, the model lives in the
+    web process: a Celery worker would load a second copy and compete for the CPU with users'
+    replies, so the draft runs on a thread here, against this process's engine."""
+    if engine_mode() == "redis":
+        transaction.on_commit(lambda: draft_cached_reply_answer.delay(candidate_id))
+        return
+
+    def run() -> None:
+        try:
+            cached_replies.candidate_draft_answer(candidate_id=candidate_id)
+        finally:
+            close_old_connections()
+
+    transaction.on_commit(lambda: threading.Thread(target=run, daemon=True).start())

@@ -190,6 +190,10 @@ QASSIST_DEFAULT_MAX_TOKENS = env_int("QASSIST_DEFAULT_MAX_TOKENS", 512)
 QASSIST_DEFAULT_TEMPERATURE = env_float("QASSIST_DEFAULT_TEMPERATURE", 0.7)
 # After a new conversation's first reply, ask the model (at low priority) for a short title.
 QASSIST_GENERATE_TITLES = env_bool("QASSIST_GENERATE_TITLES", True)
+# Without Redis, how often a process checks whether another process changed cached replies.
+QASSIST_CACHED_REPLY_CHECK_SECONDS = env_float("QASSIST_CACHED_REPLY_CHECK_SECONDS", 5.0)
+# A first-turn question asked this often (per tenant) is listed as a cached-reply candidate.
+QASSIST_CANDIDATE_MIN_COUNT = env_int("QASSIST_CANDIDATE_MIN_COUNT", 2)
 QASSIST_WORKER_HEARTBEAT_SECONDS = env_int("QASSIST_WORKER_HEARTBEAT_SECONDS", 5)
 # --- Tenant limits and access ------------------------------------------------------------------
 # A running reply holds a concurrent-stream slot as a lease the streaming process renews; a

@@ -69,6 +69,15 @@ def fake_prompt_counter() -> Iterator[FakeCounter]:
 
 
 @pytest.fixture(autouse=True)
+def fresh_cached_reply_index() -> None:
+    # Each process keeps cached replies in memory; a test's rows are rolled back without the
+    # signals that would tell the index, so every test starts with an index of its own.
+    from chat.cache import reset_index
+
+    reset_index()
+
+
+@pytest.fixture(autouse=True)
 def fast_password_hashing(settings: Settings) -> None:
     # The real hasher takes ~0.3 s per user on purpose; tests make many users.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

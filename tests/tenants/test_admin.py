@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from chat.models import CachedReply, ChatSession, Message
+from chat.models import CachedReply, CachedReplyCandidate, ChatSession, Message
 from tenants.models import ApiKey, Membership, Tenant, UsageRecord
 from tenants.services import api_key_authenticate, api_key_create, api_key_revoke
 
@@ -38,6 +38,9 @@ def one_of_each(
         ChatSession: session,
         Message: Message.objects.create(session=session, role="user", content="Hi 你好"),
         CachedReply: CachedReply.objects.create(tenant=tenant, question="Hours?", answer="9-5"),
+        CachedReplyCandidate: CachedReplyCandidate.objects.create(
+            tenant=tenant, normalized_key="wifi", question="Wifi?", count=3, last_answer="guest"
+        ),
     }
 
 
@@ -54,6 +57,7 @@ def test_it_covers_every_registered_model() -> None:
         ChatSession,
         Message,
         CachedReply,
+        CachedReplyCandidate,
     }
 
 
@@ -70,8 +74,8 @@ def test_it_renders_every_admin_page(
     change = reverse("admin:{}_{}_change".format(*info), args=[obj.pk])
     assert admin_client.get(change).status_code == 200
     add = admin_client.get(reverse("admin:{}_{}_add".format(*info)))
-    # Usage is recorded by the system, never typed in.
-    assert add.status_code == (403 if model is UsageRecord else 200)
+    # Usage and candidates are recorded by the system, never typed in.
+    assert add.status_code == (403 if model in (UsageRecord, CachedReplyCandidate) else 200)
 
 
 def test_it_shows_tenant_usage_today_and_this_month(admin_client: Client, tenant: Tenant) -> None:

@@ -13,7 +13,7 @@ from django.db import models
 from django.test import Client
 from django.urls import reverse
 
-from chat.models import CachedReply, ChatSession, Message
+from chat.models import CachedReply, CachedReplyCandidate, ChatSession, Message
 from tenants.models import ApiKey, Membership, Tenant, UsageRecord
 from tenants.services import api_key_create
 
@@ -26,6 +26,7 @@ SCOPED_MODELS: list[type[models.Model]] = [
     ChatSession,
     Message,
     CachedReply,
+    CachedReplyCandidate,
     UsageRecord,
 ]
 
@@ -48,6 +49,9 @@ def populate(tenant: Tenant, person: User, word: str) -> dict[type[models.Model]
             tenant=tenant, question=f"{word} hours?", answer="9-5"
         ),
         UsageRecord: UsageRecord.objects.create(tenant=tenant, user=person, prompt_tokens=3),
+        CachedReplyCandidate: CachedReplyCandidate.objects.create(
+            tenant=tenant, normalized_key=f"{word} wifi", question=f"{word} wifi?", count=5
+        ),
     }
 
 

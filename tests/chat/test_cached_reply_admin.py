@@ -1,0 +1,189 @@
+"""Cached replies and candidates in the admin, as a superuser and as a tenant admin."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+
+from chat import cached_replies
+from chat.models import CachedReply, CachedReplyCandidate
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "admin:chat_cachedreply_changelist"
+
+
+def client_for(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_question_field_says_how_matching_works(admin_client):
+    page = admin_client.get(reverse("admin:chat_cachedreply_add")).content.decode()
+    assert "Nothing fuzzy" in page
+    assert "never answered from the cache" in page
+    assert "alternative phrasings" in page.lower()
+
+
+def test_a_tenant_admin_tests_a_phrase_as_one_of_their_tenants(tenant_admin, tenant, other_tenant):
+    reply = CachedReply.objects.create(tenant=tenant, question="Wifi?", answer="guest")
+    client = client_for(tenant_admin)
+    url = reverse("admin:chat_cachedreply_test_phrase")
+    form = client.get(url).context["form"]
+    assert list(form.fields["tenant"].queryset) == [tenant]
+
+    hit = client.get(url, {"tenant": tenant.pk, "phrase": "ＷＩＦＩ？"})
+    assert hit.context["result"].reply == reply
+    assert "Answered from the cache" in hit.content.decode()
+
+    follow_up = client.get(url, {"tenant": tenant.pk, "phrase": "wifi", "follow_up": "on"})
+    assert follow_up.context["result"].reply is None
+    assert "first message" in follow_up.content.decode()
+
+    other = client.get(url, {"tenant": other_tenant.pk, "phrase": "wifi"})
+    assert other.context["result"] is None  # not one of their tenants: the form refuses it
+
+
+def test_the_changelist_offers_test_a_phrase_and_import(admin_client):
+    page = admin_client.get(reverse(CHANGELIST)).content.decode()
+    assert reverse("admin:chat_cachedreply_test_phrase") in page
+    assert reverse("admin:chat_cachedreply_import") in page
+
+
+def test_export_action_downloads_the_selected_replies_as_csv(admin_client, tenant):
+    wifi = CachedReply.objects.create(tenant=tenant, question="Wifi?", answer="guest")
+    CachedReply.objects.create(tenant=tenant, question="Lunch?", answer="noon")
+    response = admin_client.post(
+        reverse(CHANGELIST), {"action": "export_csv", "_selected_action": [wifi.pk]}
+    )
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    body = response.content.decode()
+    assert body.splitlines()[0] == ",".join(cached_replies.CSV_COLUMNS)
+    assert "Wifi?" in body
+    assert "Lunch?" not in body
+
+
+def test_an_import_with_a_bad_row_lists_it_and_imports_nothing(admin_client, tenant):
+    upload = SimpleUploadedFile(
+        "replies.csv", b"tenant,question,answer\nacme,Wifi?,guest\nacme,Lunch?,\n", "text/csv"
+    )
+    response = admin_client.post(reverse("admin:chat_cachedreply_import"), {"file": upload})
+    assert response.status_code == 200
+    assert "line 3: answer" in response.content.decode()
+    assert not CachedReply.objects.exists()
+
+
+def test_a_good_import_says_what_it_did(admin_client, tenant):
+    upload = SimpleUploadedFile(
+        "replies.csv", "tenant,question,answer\nacme,Wifi?,访客网络\n".encode(), "text/csv"
+    )
+    response = admin_client.post(
+        reverse("admin:chat_cachedreply_import"), {"file": upload}, follow=True
+    )
+    assert "Imported 1 cached reply(ies): 1 new, 0 updated." in response.content.decode()
+    assert CachedReply.objects.get().answer == "访客网络"
+
+
+def test_a_tenant_admin_cannot_import_into_another_tenant(tenant_admin, other_tenant):
+    upload = SimpleUploadedFile("r.csv", b"tenant,question,answer\nglobex,Wifi?,guest\n")
+    response = client_for(tenant_admin).post(
+        reverse("admin:chat_cachedreply_import"), {"file": upload}
+    )
+    assert "line 2" in response.content.decode()
+    assert not CachedReply.objects.exists()
+
+
+@pytest.fixture
+def candidate(tenant):
+    for _ in range(3):
+        found = cached_replies.candidate_record(
+            tenant=tenant, question="Where is the canteen?", answer="Ground floor."
+        )
+    return found
+
+
+def test_candidates_are_listed_with_their_count_and_latest_answer(admin_client, candidate, tenant):
+    cached_replies.candidate_record(tenant=tenant, question="Asked once", answer="…")
+    response = admin_client.get(reverse("admin:chat_cachedreplycandidate_changelist"))
+    rows = list(response.context["cl"].result_list)
+    assert rows == [candidate]  # asked once is not recurring
+    page = response.content.decode()
+    assert "Ground floor." in page
+    assert '<td class="field-count">3</td>' in page
+    everything = admin_client.get(
+        reverse("admin:chat_cachedreplycandidate_changelist"), {"recurring": "all"}
+    )
+    assert len(everything.context["cl"].result_list) == 2
+
+
+def test_one_click_promotes_a_candidate_to_a_disabled_reply_to_review(tenant_admin, candidate):
+    client = client_for(tenant_admin)
+    listing = client.get(reverse("admin:chat_cachedreplycandidate_changelist")).content.decode()
+    promote = reverse("admin:chat_cachedreplycandidate_promote", args=[candidate.pk])
+    assert f'formaction="{promote}"' in listing
+
+    response = client.post(promote)
+
+    reply = CachedReply.objects.get()
+    assert response["Location"] == reverse("admin:chat_cachedreply_change", args=[reply.pk])
+    assert (reply.question, reply.answer, reply.enabled) == (
+        "Where is the canteen?",
+        "Ground floor.",
+        False,
+    )
+    candidate.refresh_from_db()
+    assert candidate.promoted_to == reply
+
+
+def test_another_tenants_candidate_cannot_be_promoted(other_admin, candidate):
+    response = client_for(other_admin).post(
+        reverse("admin:chat_cachedreplycandidate_promote", args=[candidate.pk])
+    )
+    assert response.status_code == 404
+    assert not CachedReply.objects.exists()
+
+
+def test_the_draft_action_starts_a_background_draft_after_commit(
+    admin_client, candidate, monkeypatch, django_capture_on_commit_callbacks
+):
+    started = []
+    monkeypatch.setattr(
+        "chat.cached_replies.candidate_draft_answer",
+        lambda *, candidate_id: started.append(candidate_id),
+    )
+    monkeypatch.setattr("chat.tasks.engine_mode", lambda: "embedded")
+    monkeypatch.setattr("chat.tasks.threading.Thread", _InlineThread)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(
+            reverse("admin:chat_cachedreplycandidate_changelist"),
+            {"action": "draft_answers", "_selected_action": [candidate.pk]},
+            follow=True,
+        )
+    assert "Drafting 1 answer(s) at background priority" in response.content.decode()
+    assert started == [candidate.pk]
+    candidate.refresh_from_db()
+    assert candidate.draft_status == CachedReplyCandidate.DraftStatus.PENDING
+
+
+def test_with_redis_the_draft_goes_to_celery(
+    candidate, monkeypatch, django_capture_on_commit_callbacks
+):
+    queued: list[int] = []
+    monkeypatch.setattr("chat.tasks.engine_mode", lambda: "redis")
+    monkeypatch.setattr("chat.tasks.draft_cached_reply_answer.delay", queued.append)
+    from chat.tasks import draft_dispatch
+
+    with django_capture_on_commit_callbacks(execute=True):
+        draft_dispatch(candidate_id=candidate.pk)
+    assert queued == [candidate.pk]
+
+
+class _InlineThread:
+    def __init__(self, target, daemon):
+        self.target = target
+
+    def start(self):
+        self.target()
