@@ -175,6 +175,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "interrupt-stale-replies": {"task": "chat.tasks.interrupt_stale_replies", "schedule": 30.0},
+    "rollup-usage": {"task": "tenants.tasks.rollup_usage", "schedule": 3600.0},
 }
 
 # --- The model and the inference engine ------------------------------------------------------

@@ -12,12 +12,15 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import CharField, Q, QuerySet, Subquery
 from django.db.models.functions import Cast
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
 
 from tenants.admin_scope import TenantScopedAdmin, admin_tenants, is_tenant_admin, tenant_filter
+from tenants.admin_usage import usage_page
 from tenants.models import ApiKey, Membership, Tenant, UsageRecord
 from tenants.services import (
     ApiKeyStatus,
@@ -30,6 +33,7 @@ from tenants.services import (
     usage_period_start,
     usage_totals,
 )
+from tenants.usage import usage_records_csv
 
 # What only superusers set: a tenant admin who could raise them would have no limits at all.
 SUPERUSER_FIELDS = [
@@ -67,6 +71,7 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
     list_display = [
         "slug",
         "name",
+        "usage_link",
         "active",
         "priority",
         "requests_per_minute",
@@ -98,6 +103,28 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
         ("Usage", {"fields": ["usage_today", "usage_this_month"]}),
         ("Audit", {"fields": ["created_at", "updated_at"]}),
     ]
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path(
+                "<path:object_id>/usage/",
+                self.admin_site.admin_view(self.usage_view),
+                name="tenants_tenant_usage",
+            )
+        ]
+        return own + super().get_urls()
+
+    def usage_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        tenant = self.get_object(request, object_id)
+        if tenant is None or not self.has_view_permission(request, tenant):
+            raise Http404("No such tenant.")
+        return usage_page(request, admin_site=self.admin_site, tenant=tenant)
+
+    @admin.display(description="usage")
+    def usage_link(self, obj: Tenant) -> str:
+        return format_html(
+            '<a href="{}">charts</a>', reverse("admin:tenants_tenant_usage", args=[obj.pk])
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Tenant | None = None) -> list[str]:
         fields = list(super().get_readonly_fields(request, obj))
@@ -361,6 +388,8 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
 @admin.register(UsageRecord)
 class UsageRecordAdmin(TenantScopedAdmin[UsageRecord]):
     tenant_admin_can_change = False
+    change_list_template = "admin/tenants/usagerecord/change_list.html"
+    actions = ["export_csv"]
     list_display = [
         "created_at",
         "tenant",
@@ -369,10 +398,12 @@ class UsageRecordAdmin(TenantScopedAdmin[UsageRecord]):
         "prompt_tokens",
         "completion_tokens",
         "cached",
+        "ttft_ms",
         "latency_ms",
         "status",
+        "reason",
     ]
-    list_filter = ["status", "cached", tenant_filter(), "created_at"]
+    list_filter = ["status", "reason", "cached", tenant_filter(), "created_at"]
     list_select_related = ["tenant", "user", "api_key"]
     search_fields = ["tenant__slug", "user__username", "api_key__prefix"]
     date_hierarchy = "created_at"
@@ -384,13 +415,43 @@ class UsageRecordAdmin(TenantScopedAdmin[UsageRecord]):
         "prompt_tokens",
         "completion_tokens",
         "cached",
+        "ttft_ms",
         "latency_ms",
         "status",
+        "reason",
         "created_at",
     ]
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         return False  # usage is recorded, never typed in
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(self.dashboard_view),
+                name="tenants_usagerecord_dashboard",
+            )
+        ]
+        return own + super().get_urls()
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise Http404("No usage to show.")
+        return usage_page(request, admin_site=self.admin_site, tenant=None)
+
+    @admin.action(description="Export selected as CSV", permissions=["view"])
+    def export_csv(
+        self, request: HttpRequest, queryset: QuerySet[UsageRecord]
+    ) -> StreamingHttpResponse:
+        """Filter the list, tick "select all", run this: the whole filtered view, streamed."""
+        response = StreamingHttpResponse(
+            usage_records_csv(records=queryset.order_by("created_at", "id")),
+            content_type="text/csv; charset=utf-8",
+        )
+        stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+        response["Content-Disposition"] = f'attachment; filename="usage-records-{stamp}.csv"'
+        return response
 
 
 def _audited_models() -> list[tuple[type[models.Model], str]]:
@@ -417,9 +478,9 @@ class AuditTrailAdmin(admin.ModelAdmin[LogEntry]):
         if tenants is None:
             return entries
         about_theirs = Q(pk__in=[])
-        for model, path in _audited_models():
+        for model, tenant_path in _audited_models():
             ids = (
-                model._default_manager.filter(**{f"{path}__in": tenants})
+                model._default_manager.filter(**{f"{tenant_path}__in": tenants})
                 .annotate(_object_id=Cast("pk", output_field=CharField()))
                 .values("_object_id")
             )

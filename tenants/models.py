@@ -119,3 +119,92 @@ class UsageRecord(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+# Time-to-first-token histogram buckets (upper bounds in ms; the last is open-ended). Daily
+# roll-ups keep counts per bucket so percentiles over any days, tenants or users can be summed
+# in SQL and read off the merged histogram.
+TTFT_BUCKETS_MS: tuple[int, ...] = (
+    50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000, 20000,
+)  # fmt: skip
+
+
+class UsageDaily(models.Model):
+    """UsageRecord summed per local day, tenant, user and API key (a Celery beat roll-up), so
+    the usage pages never scan millions of records for days that are over."""
+
+    day = models.DateField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    api_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requests = models.PositiveIntegerField(default=0)  # every request that was not rejected
+    rejected = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    cancelled = models.PositiveIntegerField(default=0)
+    cache_hits = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    ttft_count = models.PositiveIntegerField(default=0)
+    # Counts of TTFT in (previous bound, bound], by TTFT_BUCKETS_MS; b13: above the last bound.
+    ttft_b00 = models.PositiveIntegerField(default=0)
+    ttft_b01 = models.PositiveIntegerField(default=0)
+    ttft_b02 = models.PositiveIntegerField(default=0)
+    ttft_b03 = models.PositiveIntegerField(default=0)
+    ttft_b04 = models.PositiveIntegerField(default=0)
+    ttft_b05 = models.PositiveIntegerField(default=0)
+    ttft_b06 = models.PositiveIntegerField(default=0)
+    ttft_b07 = models.PositiveIntegerField(default=0)
+    ttft_b08 = models.PositiveIntegerField(default=0)
+    ttft_b09 = models.PositiveIntegerField(default=0)
+    ttft_b10 = models.PositiveIntegerField(default=0)
+    ttft_b11 = models.PositiveIntegerField(default=0)
+    ttft_b12 = models.PositiveIntegerField(default=0)
+    ttft_b13 = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "daily usage"
+        verbose_name_plural = "daily usage"
+        ordering = ["-day"]
+        indexes = [
+            models.Index(fields=["tenant", "day"], name="usagedaily_tenant_day"),
+            models.Index(fields=["day"], name="usagedaily_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.day}"
+
+
+class UsageDailyReason(models.Model):
+    """Refusals and errors per local day, tenant, user, API key and reason (the roll-up's)."""
+
+    day = models.DateField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    api_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=UsageRecord.Status.choices)
+    reason = models.CharField(max_length=32, blank=True)
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "day"], name="usagereason_tenant_day")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.day} {self.status} {self.reason}: {self.count}"
+
+
+class UsageRollupProgress(models.Model):
+    """One row: the last local day whose usage is in UsageDaily. Later records are read live."""
+
+    rolled_through = models.DateField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"rolled up through {self.rolled_through}"

@@ -1,0 +1,419 @@
+"""Usage at a glance: daily roll-ups of UsageRecord, and the numbers the usage pages show.
+
+Days are local days in settings.TIME_ZONE, like the quota windows. Days up to
+`UsageRollupProgress.rolled_through` are read from the roll-up tables (a few rows per tenant,
+user and key per day); later records, today's at least, are read live from UsageRecord. Both
+sides are summed with the same expressions, so a page shows the same numbers before and after
+the roll-up ran.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.functions import TruncDate, TruncHour
+from django.utils import timezone
+
+from tenants.models import (
+    TTFT_BUCKETS_MS,
+    Tenant,
+    UsageDaily,
+    UsageDailyReason,
+    UsageRecord,
+    UsageRollupProgress,
+)
+
+BUCKET_FIELDS = [f"ttft_b{i:02}" for i in range(len(TTFT_BUCKETS_MS) + 1)]
+COUNT_FIELDS = [
+    "requests",
+    "rejected",
+    "errors",
+    "cancelled",
+    "cache_hits",
+    "prompt_tokens",
+    "completion_tokens",
+    "ttft_count",
+]
+NUMBER_FIELDS = COUNT_FIELDS + BUCKET_FIELDS
+
+Numbers = dict[str, int]
+
+
+def _zero() -> Numbers:
+    return dict.fromkeys(NUMBER_FIELDS, 0)
+
+
+def _record_aggregates() -> dict[str, Any]:
+    """What a roll-up row holds, computed from UsageRecord rows."""
+    rejected = Q(status=UsageRecord.Status.REJECTED)
+    aggregates: dict[str, Any] = {
+        "requests": Count("id", filter=~rejected),
+        "rejected": Count("id", filter=rejected),
+        "errors": Count("id", filter=Q(status=UsageRecord.Status.ERROR)),
+        "cancelled": Count("id", filter=Q(status=UsageRecord.Status.CANCELLED)),
+        "cache_hits": Count("id", filter=Q(cached=True) & ~rejected),
+        "prompt_tokens": Sum("prompt_tokens", default=0),
+        "completion_tokens": Sum("completion_tokens", default=0),
+        "ttft_count": Count("ttft_ms"),
+    }
+    lower = -1
+    for name, upper in zip(BUCKET_FIELDS, TTFT_BUCKETS_MS, strict=False):
+        aggregates[name] = Count("id", filter=Q(ttft_ms__gt=lower, ttft_ms__lte=upper))
+        lower = upper
+    aggregates[BUCKET_FIELDS[-1]] = Count("id", filter=Q(ttft_ms__gt=lower))
+    return aggregates
+
+
+def _daily_aggregates() -> dict[str, Any]:
+    return {name: Sum(name, default=0) for name in NUMBER_FIELDS}
+
+
+def day_bounds(day: date) -> tuple[datetime, datetime]:
+    """Local midnight starting `day` and the next one (23 or 25 hours apart around DST)."""
+    tz = timezone.get_current_timezone()
+    start = timezone.make_aware(datetime.combine(day, time.min), tz)
+    end = timezone.make_aware(datetime.combine(day + timedelta(days=1), time.min), tz)
+    return start, end
+
+
+# --- the roll-up -----------------------------------------------------------------------------
+
+
+def usage_rollup_day(*, day: date) -> int:
+    """(Re)compute the roll-up rows of one local day; returns how many rows it wrote."""
+    start, end = day_bounds(day)
+    records = UsageRecord.objects.filter(created_at__gte=start, created_at__lt=end).order_by()
+    dims = ("tenant_id", "user_id", "api_key_id")
+    rows = [
+        UsageDaily(day=day, **{k: row[k] for k in (*dims, *NUMBER_FIELDS)})
+        for row in records.values(*dims).annotate(**_record_aggregates())
+    ]
+    reasons = [
+        UsageDailyReason(day=day, **row)
+        for row in records.filter(
+            status__in=[UsageRecord.Status.REJECTED, UsageRecord.Status.ERROR]
+        )
+        .values(*dims, "status", "reason")
+        .annotate(count=Count("id"))
+    ]
+    with transaction.atomic():
+        UsageDaily.objects.filter(day=day).delete()
+        UsageDailyReason.objects.filter(day=day).delete()
+        UsageDaily.objects.bulk_create(rows, batch_size=1000)
+        UsageDailyReason.objects.bulk_create(reasons, batch_size=1000)
+    return len(rows)
+
+
+def rolled_through() -> date | None:
+    return UsageRollupProgress.objects.values_list("rolled_through", flat=True).first()
+
+
+def usage_rollup(*, today: date | None = None) -> list[date]:
+    """Roll up every local day before `today` not rolled up yet, plus the last one rolled up
+    again (a record written late, by a process whose clock lags, is not lost). Idempotent;
+    run by Celery beat. Returns the days it rolled up."""
+    today = today or timezone.localdate()
+    yesterday = today - timedelta(days=1)
+    done = rolled_through()
+    if done is None:
+        first = UsageRecord.objects.order_by("created_at").values_list("created_at", flat=True)
+        oldest = first.first()
+        start = timezone.localdate(oldest) if oldest is not None else yesterday
+    else:
+        start = min(done, yesterday)
+    days = []
+    day = start
+    while day <= yesterday:
+        usage_rollup_day(day=day)
+        days.append(day)
+        day += timedelta(days=1)
+    UsageRollupProgress.objects.update_or_create(pk=1, defaults={"rolled_through": yesterday})
+    return days
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UsageScope:
+    """Which usage a page shows. `tenants` None: every tenant (superusers)."""
+
+    tenants: QuerySet[Tenant] | None
+    start: date
+    end: date  # inclusive
+    user_id: int | None = None
+    api_key_id: int | None = None
+
+    def filter(self, rows: QuerySet[Any]) -> QuerySet[Any]:
+        if self.tenants is not None:
+            rows = rows.filter(tenant__in=self.tenants)
+        if self.user_id is not None:
+            rows = rows.filter(user_id=self.user_id)
+        if self.api_key_id is not None:
+            rows = rows.filter(api_key_id=self.api_key_id)
+        return rows
+
+
+def _live_from(scope: UsageScope) -> date:
+    """The first day of the scope read live: the day after the last one rolled up."""
+    done = rolled_through()
+    return scope.start if done is None else max(scope.start, done + timedelta(days=1))
+
+
+def _sources(scope: UsageScope) -> tuple[QuerySet[UsageDaily], QuerySet[UsageRecord]]:
+    """The rolled-up rows and the live records that together cover the scope's days once."""
+    live_from = _live_from(scope)
+    rolled = scope.filter(UsageDaily.objects.filter(day__gte=scope.start, day__lt=live_from))
+    rolled = rolled.filter(day__lte=scope.end).order_by()
+    live = scope.filter(
+        UsageRecord.objects.filter(
+            created_at__gte=day_bounds(live_from)[0], created_at__lt=day_bounds(scope.end)[1]
+        )
+    ).order_by()
+    return rolled, live
+
+
+def _grouped(scope: UsageScope, dims: tuple[str, ...]) -> dict[tuple[Any, ...], Numbers]:
+    rolled, live = _sources(scope)
+    if "day" in dims:
+        live = live.annotate(day=TruncDate("created_at", tzinfo=timezone.get_current_timezone()))
+    merged: dict[tuple[Any, ...], Numbers] = defaultdict(_zero)
+    sources: list[tuple[QuerySet[Any], dict[str, Any]]] = [
+        (rolled, _daily_aggregates()),
+        (live, _record_aggregates()),
+    ]
+    for source, aggregates in sources:
+        rows = (
+            [source.aggregate(**aggregates)]
+            if not dims
+            else source.values(*dims).annotate(**aggregates)
+        )
+        for row in rows:
+            target = merged[tuple(row[d] for d in dims)]
+            for name in NUMBER_FIELDS:
+                target[name] += row[name] or 0
+    return merged
+
+
+def ttft_percentile(numbers: Numbers, q: float) -> int | None:
+    """The q-quantile of TTFT (ms), interpolated within its histogram bucket; for the open
+    last bucket, its lower bound. None without any TTFT."""
+    total = numbers["ttft_count"]
+    if not total:
+        return None
+    rank = q * total
+    seen = 0
+    lower = 0
+    for name, upper in zip(BUCKET_FIELDS, (*TTFT_BUCKETS_MS, None), strict=True):
+        count = numbers[name]
+        if count and seen + count >= rank:
+            if upper is None:
+                return lower
+            return round(lower + (upper - lower) * (rank - seen) / count)
+        seen += count
+        lower = upper if upper is not None else lower
+    return lower
+
+
+def summary(numbers: Numbers) -> dict[str, Any]:
+    """The numbers of one row of a usage table, with what is derived from them."""
+    requests = numbers["requests"]
+    return {
+        **{name: numbers[name] for name in COUNT_FIELDS},
+        "total_tokens": numbers["prompt_tokens"] + numbers["completion_tokens"],
+        "hit_rate": numbers["cache_hits"] / requests if requests else None,
+        "ttft_p50": ttft_percentile(numbers, 0.50),
+        "ttft_p95": ttft_percentile(numbers, 0.95),
+    }
+
+
+@dataclass
+class UsageReport:
+    scope: UsageScope
+    days: list[dict[str, Any]]  # one per day of the scope, oldest first, zeros included
+    totals: dict[str, Any]
+    by_tenant: list[dict[str, Any]]
+    by_user: list[dict[str, Any]]
+    by_api_key: list[dict[str, Any]]
+    reasons: list[dict[str, Any]]  # status, reason, count; most first
+    hourly: list[dict[str, Any]] = field(default_factory=list)  # the last 48 hours
+
+
+def usage_report(*, scope: UsageScope, now: datetime | None = None) -> UsageReport:
+    by_day = _grouped(scope, ("day",))
+    days = []
+    day = scope.start
+    while day <= scope.end:
+        days.append({"day": day, **summary(by_day.get((day,), _zero()))})
+        day += timedelta(days=1)
+    totals: Numbers = _zero()
+    for numbers in by_day.values():
+        for name in NUMBER_FIELDS:
+            totals[name] += numbers[name]
+    return UsageReport(
+        scope=scope,
+        days=days,
+        totals=summary(totals),
+        by_tenant=_breakdown(scope, "tenant_id"),
+        by_user=_breakdown(scope, "user_id"),
+        by_api_key=_breakdown(scope, "api_key_id"),
+        reasons=_reasons(scope),
+        hourly=_hourly(scope, now=now or timezone.now()),
+    )
+
+
+def _breakdown(scope: UsageScope, dim: str) -> list[dict[str, Any]]:
+    rows = [{"id": key[0], **summary(numbers)} for key, numbers in _grouped(scope, (dim,)).items()]
+    rows.sort(key=lambda row: (-row["total_tokens"], -row["requests"], str(row["id"])))
+    return rows
+
+
+def _reasons(scope: UsageScope) -> list[dict[str, Any]]:
+    _rolled, live = _sources(scope)
+    rolled_reasons = scope.filter(
+        UsageDailyReason.objects.filter(
+            day__gte=scope.start, day__lt=_live_from(scope), day__lte=scope.end
+        )
+    )
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for row in rolled_reasons.order_by().values("status", "reason").annotate(n=Sum("count")):
+        counts[(row["status"], row["reason"])] += row["n"]
+    failed = live.filter(status__in=[UsageRecord.Status.REJECTED, UsageRecord.Status.ERROR])
+    for row in failed.values("status", "reason").annotate(n=Count("id")):
+        counts[(row["status"], row["reason"])] += row["n"]
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [
+        {"status": status, "reason": reason or "(none given)", "count": n}
+        for (status, reason), n in ordered
+    ]
+
+
+HOURLY_HOURS = 48
+
+
+def _hourly(scope: UsageScope, *, now: datetime) -> list[dict[str, Any]]:
+    """Requests per local hour over the 48 hours up to `now` (live: these are not rolled up)."""
+    tz = timezone.get_current_timezone()
+    end = timezone.localtime(now, tz).replace(minute=0, second=0, microsecond=0)
+    start = end - timedelta(hours=HOURLY_HOURS - 1)
+    records = scope.filter(UsageRecord.objects.filter(created_at__gte=start)).order_by()
+    rejected = Q(status=UsageRecord.Status.REJECTED)
+    counted = {
+        timezone.localtime(row["hour"], tz): row
+        for row in records.annotate(hour=TruncHour("created_at", tzinfo=tz))
+        .values("hour")
+        .annotate(requests=Count("id", filter=~rejected), rejected=Count("id", filter=rejected))
+    }
+    hours = []
+    for i in range(HOURLY_HOURS):
+        hour = timezone.localtime(start + timedelta(hours=i), tz)
+        row = counted.get(hour, {})
+        hours.append(
+            {"hour": hour, "requests": row.get("requests", 0), "rejected": row.get("rejected", 0)}
+        )
+    return hours
+
+
+def usage_tokens_since(*, tenant: Tenant, since: date) -> int:
+    """Tokens `tenant` used from local day `since` up to now, roll-up plus live."""
+    today = timezone.localdate()
+    numbers = _grouped(
+        UsageScope(tenants=Tenant.objects.filter(pk=tenant.pk), start=since, end=today), ()
+    )
+    total = numbers.get((), _zero())
+    return total["prompt_tokens"] + total["completion_tokens"]
+
+
+# --- CSV -------------------------------------------------------------------------------------
+
+CSV_DAY_COLUMNS = [
+    "day",
+    "requests",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "cache_hits",
+    "hit_rate",
+    "rejected",
+    "errors",
+    "cancelled",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+]
+
+
+def usage_days_csv(*, report: UsageReport) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_DAY_COLUMNS)
+    for row in report.days:
+        writer.writerow(
+            [
+                row["day"].isoformat(),
+                row["requests"],
+                row["prompt_tokens"],
+                row["completion_tokens"],
+                row["total_tokens"],
+                row["cache_hits"],
+                "" if row["hit_rate"] is None else f"{row['hit_rate']:.4f}",
+                row["rejected"],
+                row["errors"],
+                row["cancelled"],
+                "" if row["ttft_p50"] is None else row["ttft_p50"],
+                "" if row["ttft_p95"] is None else row["ttft_p95"],
+            ]
+        )
+    return out.getvalue()
+
+
+RECORD_CSV_COLUMNS = [
+    "created_at",
+    "tenant",
+    "user",
+    "api_key",
+    "session",
+    "status",
+    "reason",
+    "cached",
+    "prompt_tokens",
+    "completion_tokens",
+    "ttft_ms",
+    "latency_ms",
+]
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def usage_records_csv(*, records: QuerySet[UsageRecord]) -> Iterator[str]:
+    """Records as CSV lines, streamed: a filtered view of millions of rows never sits in memory."""
+    writer = csv.writer(_Echo())
+    yield writer.writerow(RECORD_CSV_COLUMNS)
+    rows: Iterable[tuple[Any, ...]] = records.values_list(
+        "created_at",
+        "tenant__slug",
+        "user__username",
+        "api_key__prefix",
+        "session_id",
+        "status",
+        "reason",
+        "cached",
+        "prompt_tokens",
+        "completion_tokens",
+        "ttft_ms",
+        "latency_ms",
+    ).iterator(chunk_size=2000)
+    for row in rows:
+        cells = ["" if cell is None else cell for cell in row]
+        cells[0] = row[0].isoformat()
+        yield writer.writerow(cells)
