@@ -14,12 +14,12 @@ import io
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Count, Q, QuerySet, Sum
-from django.db.models.functions import TruncDate, TruncHour
+from django.db import connection, transaction
+from django.db.models import CharField, Count, Q, QuerySet, Sum
+from django.db.models.functions import Cast, Substr, TruncHour
 from django.utils import timezone
 
 from tenants.models import (
@@ -168,39 +168,59 @@ def _live_from(scope: UsageScope) -> date:
     return scope.start if done is None else max(scope.start, done + timedelta(days=1))
 
 
-def _sources(scope: UsageScope) -> tuple[QuerySet[UsageDaily], QuerySet[UsageRecord]]:
-    """The rolled-up rows and the live records that together cover the scope's days once."""
-    live_from = _live_from(scope)
-    rolled = scope.filter(UsageDaily.objects.filter(day__gte=scope.start, day__lt=live_from))
-    rolled = rolled.filter(day__lte=scope.end).order_by()
-    live = scope.filter(
-        UsageRecord.objects.filter(
-            created_at__gte=day_bounds(live_from)[0], created_at__lt=day_bounds(scope.end)[1]
-        )
-    ).order_by()
-    return rolled, live
+class _Reader:
+    """One report's reads. Rolled-up days are summed in SQL per breakdown (a few thousand rows
+    at most); the live days are read once, grouped by day, tenant, user and key (a few hundred
+    groups), and every breakdown of them is summed here."""
 
+    DIMS = ("tenant_id", "user_id", "api_key_id")
 
-def _grouped(scope: UsageScope, dims: tuple[str, ...]) -> dict[tuple[Any, ...], Numbers]:
-    rolled, live = _sources(scope)
-    if "day" in dims:
-        live = live.annotate(day=TruncDate("created_at", tzinfo=timezone.get_current_timezone()))
-    merged: dict[tuple[Any, ...], Numbers] = defaultdict(_zero)
-    sources: list[tuple[QuerySet[Any], dict[str, Any]]] = [
-        (rolled, _daily_aggregates()),
-        (live, _record_aggregates()),
-    ]
-    for source, aggregates in sources:
-        rows = (
-            [source.aggregate(**aggregates)]
+    def __init__(self, scope: UsageScope) -> None:
+        self.scope = scope
+        self.live_from = _live_from(scope)
+        self.rolled = scope.filter(
+            UsageDaily.objects.filter(
+                day__gte=scope.start, day__lt=self.live_from, day__lte=scope.end
+            )
+        ).order_by()
+        self._live: list[dict[str, Any]] | None = None
+
+    def live_days(self) -> list[date]:
+        days = []
+        day = self.live_from
+        while day <= self.scope.end:
+            days.append(day)
+            day += timedelta(days=1)
+        return days
+
+    def live_records(self, day: date) -> QuerySet[UsageRecord]:
+        start, end = day_bounds(day)
+        records = UsageRecord.objects.filter(created_at__gte=start, created_at__lt=end)
+        return self.scope.filter(records).order_by()
+
+    def live(self) -> list[dict[str, Any]]:
+        if self._live is None:
+            self._live = [
+                {**row, "day": day}
+                for day in self.live_days()
+                for row in self.live_records(day)
+                .values(*self.DIMS)
+                .annotate(**_record_aggregates())
+            ]
+        return self._live
+
+    def grouped(self, dims: tuple[str, ...]) -> dict[tuple[Any, ...], Numbers]:
+        merged: dict[tuple[Any, ...], Numbers] = defaultdict(_zero)
+        rolled = (
+            [self.rolled.aggregate(**_daily_aggregates())]
             if not dims
-            else source.values(*dims).annotate(**aggregates)
+            else self.rolled.values(*dims).annotate(**_daily_aggregates())
         )
-        for row in rows:
+        for row in [*rolled, *self.live()]:
             target = merged[tuple(row[d] for d in dims)]
             for name in NUMBER_FIELDS:
                 target[name] += row[name] or 0
-    return merged
+        return merged
 
 
 def ttft_percentile(numbers: Numbers, q: float) -> int | None:
@@ -248,7 +268,8 @@ class UsageReport:
 
 
 def usage_report(*, scope: UsageScope, now: datetime | None = None) -> UsageReport:
-    by_day = _grouped(scope, ("day",))
+    reader = _Reader(scope)
+    by_day = reader.grouped(("day",))
     days = []
     day = scope.start
     while day <= scope.end:
@@ -262,33 +283,36 @@ def usage_report(*, scope: UsageScope, now: datetime | None = None) -> UsageRepo
         scope=scope,
         days=days,
         totals=summary(totals),
-        by_tenant=_breakdown(scope, "tenant_id"),
-        by_user=_breakdown(scope, "user_id"),
-        by_api_key=_breakdown(scope, "api_key_id"),
-        reasons=_reasons(scope),
-        hourly=_hourly(scope, now=now or timezone.now()),
+        by_tenant=_breakdown(reader, "tenant_id"),
+        by_user=_breakdown(reader, "user_id"),
+        by_api_key=_breakdown(reader, "api_key_id"),
+        reasons=_reasons(reader),
+        hourly=_hourly(scope, now=now),
     )
 
 
-def _breakdown(scope: UsageScope, dim: str) -> list[dict[str, Any]]:
-    rows = [{"id": key[0], **summary(numbers)} for key, numbers in _grouped(scope, (dim,)).items()]
+def _breakdown(reader: _Reader, dim: str) -> list[dict[str, Any]]:
+    rows = [{"id": key[0], **summary(numbers)} for key, numbers in reader.grouped((dim,)).items()]
     rows.sort(key=lambda row: (-row["total_tokens"], -row["requests"], str(row["id"])))
     return rows
 
 
-def _reasons(scope: UsageScope) -> list[dict[str, Any]]:
-    _rolled, live = _sources(scope)
+def _reasons(reader: _Reader) -> list[dict[str, Any]]:
+    scope = reader.scope
     rolled_reasons = scope.filter(
         UsageDailyReason.objects.filter(
-            day__gte=scope.start, day__lt=_live_from(scope), day__lte=scope.end
+            day__gte=scope.start, day__lt=reader.live_from, day__lte=scope.end
         )
     )
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for row in rolled_reasons.order_by().values("status", "reason").annotate(n=Sum("count")):
         counts[(row["status"], row["reason"])] += row["n"]
-    failed = live.filter(status__in=[UsageRecord.Status.REJECTED, UsageRecord.Status.ERROR])
-    for row in failed.values("status", "reason").annotate(n=Count("id")):
-        counts[(row["status"], row["reason"])] += row["n"]
+    for day in reader.live_days():
+        failed = reader.live_records(day).filter(
+            status__in=[UsageRecord.Status.REJECTED, UsageRecord.Status.ERROR]
+        )
+        for row in failed.values("status", "reason").annotate(n=Count("id")):
+            counts[(row["status"], row["reason"])] += row["n"]
     ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     return [
         {"status": status, "reason": reason or "(none given)", "count": n}
@@ -299,35 +323,54 @@ def _reasons(scope: UsageScope) -> list[dict[str, Any]]:
 HOURLY_HOURS = 48
 
 
-def _hourly(scope: UsageScope, *, now: datetime) -> list[dict[str, Any]]:
+def _hourly(scope: UsageScope, *, now: datetime | None) -> list[dict[str, Any]]:
     """Requests per local hour over the 48 hours up to `now` (live: these are not rolled up)."""
     tz = timezone.get_current_timezone()
-    end = timezone.localtime(now, tz).replace(minute=0, second=0, microsecond=0)
-    start = end - timedelta(hours=HOURLY_HOURS - 1)
-    records = scope.filter(UsageRecord.objects.filter(created_at__gte=start)).order_by()
+    last = timezone.now() if now is None else now
+    last = last.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    starts = [last - timedelta(hours=HOURLY_HOURS - 1 - i) for i in range(HOURLY_HOURS)]
+    records = scope.filter(UsageRecord.objects.filter(created_at__gte=starts[0])).order_by()
     rejected = Q(status=UsageRecord.Status.REJECTED)
-    counted = {
-        timezone.localtime(row["hour"], tz): row
-        for row in records.annotate(hour=TruncHour("created_at", tzinfo=tz))
+    counted: dict[datetime, dict[str, int]] = {}
+    for row in (
+        records.annotate(hour=_utc_hour())
         .values("hour")
         .annotate(requests=Count("id", filter=~rejected), rejected=Count("id", filter=rejected))
-    }
-    hours = []
-    for i in range(HOURLY_HOURS):
-        hour = timezone.localtime(start + timedelta(hours=i), tz)
-        row = counted.get(hour, {})
-        hours.append(
-            {"hour": hour, "requests": row.get("requests", 0), "rejected": row.get("rejected", 0)}
-        )
-    return hours
+    ):
+        counted[_as_utc_hour(row["hour"])] = row
+    return [
+        {
+            "hour": timezone.localtime(start, tz),
+            "requests": counted.get(start, {}).get("requests", 0),
+            "rejected": counted.get(start, {}).get("rejected", 0),
+        }
+        for start in starts
+    ]
+
+
+def _utc_hour() -> Any:
+    """Each record's hour in UTC, in the database's own terms. Hours are UTC hours (labelled in
+    local time on the page): the same as local hours except in zones with a half-hour offset.
+    On SQLite, Django's TruncHour calls back into Python for every row (5x slower on the 20,000
+    rows of two busy days); datetimes are stored there as UTC text, so the first 13 characters
+    are the hour."""
+    if connection.vendor == "sqlite":
+        return Substr(Cast("created_at", output_field=CharField()), 1, 13)
+    return TruncHour("created_at", tzinfo=UTC)
+
+
+def _as_utc_hour(value: datetime | str) -> datetime:
+    if isinstance(value, str):
+        return datetime.strptime(value, "%Y-%m-%d %H").replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def usage_tokens_since(*, tenant: Tenant, since: date) -> int:
     """Tokens `tenant` used from local day `since` up to now, roll-up plus live."""
     today = timezone.localdate()
-    numbers = _grouped(
-        UsageScope(tenants=Tenant.objects.filter(pk=tenant.pk), start=since, end=today), ()
-    )
+    numbers = _Reader(
+        UsageScope(tenants=Tenant.objects.filter(pk=tenant.pk), start=since, end=today)
+    ).grouped(())
     total = numbers.get((), _zero())
     return total["prompt_tokens"] + total["completion_tokens"]
 
