@@ -334,12 +334,12 @@ class CachedReplyCandidateAdmin(TenantScopedAdmin[CachedReplyCandidate]):
     tenant_admin_can_delete = True
     list_display = [
         "question",
-        "tenant",
+        "promote",
         "count",
         "latest_answer",
-        "last_asked_at",
         "draft_status",
-        "promote",
+        "last_asked_at",
+        "tenant",
     ]
     list_filter = [RecurringFilter, PromotedFilter, "draft_status", tenant_filter()]
     list_select_related = ["tenant", "promoted_to"]
@@ -372,10 +372,17 @@ class CachedReplyCandidateAdmin(TenantScopedAdmin[CachedReplyCandidate]):
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         return False  # candidates are counted from real conversations
 
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        columns = list(super().get_list_display(request))
+        tenants = admin_tenants(request)
+        if tenants is not None and tenants.count() == 1:
+            columns.remove("tenant")  # one tenant: the column would say the same on every row
+        return columns
+
     @admin.display(description="model's latest answer")
     def latest_answer(self, obj: CachedReplyCandidate) -> str:
         text = " ".join(obj.last_answer.split())
-        return text if len(text) <= 120 else text[:119] + "…"
+        return text if len(text) <= 100 else text[:99] + "…"
 
     @admin.display(description="cached reply")
     def promote(self, obj: CachedReplyCandidate) -> str:

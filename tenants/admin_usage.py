@@ -45,6 +45,14 @@ def _dates(request: HttpRequest) -> tuple[date, date]:
     return today - timedelta(days=days - 1), today
 
 
+def _active_range(request: HttpRequest) -> int | None:
+    """Which of the 7 / 30 / 90 days buttons the page shows (None: a date range)."""
+    if "start" in request.GET and "end" in request.GET:
+        return None
+    days = _int_param(request, "days")
+    return days if days in RANGES else DEFAULT_DAYS
+
+
 def _scope(request: HttpRequest, tenants: QuerySet[Tenant] | None) -> UsageScope:
     start, end = _dates(request)
     return UsageScope(
@@ -76,7 +84,7 @@ def usage_page(
         "names": names,
         "drill": drill,
         "ranges": RANGES,
-        "days_param": _int_param(request, "days"),
+        "days_param": _active_range(request),
         "csv_query": _query(request, format="csv"),
         "clear_drill_query": _query(request, user=None, api_key=None),
         "by_tenant": _labelled(report.by_tenant, names["tenant"]) if tenant is None else [],

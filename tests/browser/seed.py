@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
+from datetime import timedelta
+from typing import Any
 
 import django
 
@@ -89,15 +92,69 @@ def main() -> None:
 
     CachedReply.objects.create(tenant=acme, question=XSS_QUESTION, answer=XSS_REPLY)
 
+    admin_pages = _seed_admin(acme, beta, [alice, bob], password)
     print(
         json.dumps(
             {
                 "xss_session": str(xss.id),
                 "chinese_session": str(chinese.id),
                 "bob_session": str(bobs.id),
+                **admin_pages,
             }
         )
     )
+
+
+def _seed_admin(acme: Any, beta: Any, people: list[Any], password: str) -> dict[str, Any]:
+    """A superuser, a tenant admin of acme, 30 days of usage and recurring questions."""
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from chat.cached_replies import candidate_record
+    from tenants.models import Membership, UsageRecord
+    from tenants.services import api_key_create
+    from tenants.usage import usage_rollup
+
+    User.objects.create_superuser("root", "root@example.com", password)
+    carol = User.objects.create_user("carol", "carol@example.com", password, is_staff=True)
+    Membership.objects.create(user=carol, tenant=acme, role=Membership.Role.ADMIN)
+    acme.daily_token_quota = 60_000
+    acme.monthly_token_quota = 1_500_000
+    acme.save()
+    key, _ = api_key_create(tenant=acme, name="helpdesk bot")
+    rng = random.Random(3)
+    now = timezone.now()
+    records = []
+    for _ in range(3000):
+        tenant = acme if rng.random() < 0.7 else beta
+        status = rng.choice(["ok"] * 18 + ["rejected", "error"])
+        ok = status != "rejected"
+        records.append(
+            UsageRecord(
+                tenant=tenant,
+                user=rng.choice(people) if tenant == acme and rng.random() < 0.7 else None,
+                api_key=key if tenant == acme and rng.random() < 0.3 else None,
+                prompt_tokens=rng.randint(30, 600) if ok else 0,
+                completion_tokens=rng.randint(5, 300) if ok else 0,
+                cached=ok and rng.random() < 0.15,
+                ttft_ms=int(rng.lognormvariate(6.0, 0.7)) if ok else None,
+                status=status,
+                reason={"rejected": "requests_per_minute", "error": "worker_down"}.get(status, ""),
+                created_at=now - timedelta(seconds=rng.random() ** 1.5 * 30 * 86400),
+            )
+        )
+    UsageRecord.objects.bulk_create(records)
+    usage_rollup()
+    questions = [
+        ("How do I connect to the VPN?", "Open the VPN app and sign in with your badge.", 7),
+        ("怎么申请年假？", "在 HR 系统里提交年假申请，经理批准后生效。", 5),
+        ("Where is the printer on floor 3?", "Next to the kitchen, room 3.12.", 3),
+        ("What is the guest wifi password?", "Ask reception: it changes every week.", 2),
+    ]
+    for question, answer, count in questions:
+        for _ in range(count):
+            candidate_record(tenant=acme, question=question, answer=answer)
+    return {"acme_id": acme.pk}
 
 
 if __name__ == "__main__":
