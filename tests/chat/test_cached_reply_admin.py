@@ -156,6 +156,8 @@ def test_the_draft_action_starts_a_background_draft_after_commit(
     )
     monkeypatch.setattr("chat.tasks.engine_mode", lambda: "embedded")
     monkeypatch.setattr("chat.tasks.threading.Thread", _InlineThread)
+    # Run inline here, the thread's own clean-up would close the test's connection.
+    monkeypatch.setattr("chat.tasks.close_old_connections", lambda: None)
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_client.post(
             reverse("admin:chat_cachedreplycandidate_changelist"),
