@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from django import forms
@@ -8,17 +9,19 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
-from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from chat import cached_replies
-from chat.models import CachedReply, CachedReplyCandidate, ChatSession, Message
+from chat import batches, cached_replies
+from chat.models import Batch, BatchItem, CachedReply, CachedReplyCandidate, ChatSession, Message
 from chat.tasks import draft_dispatch
+from inference.service import engine_mode
+from inference.types import ChatMessage
 from tenants.admin_scope import TenantScopedAdmin, admin_tenants, is_tenant_admin, tenant_filter
 from tenants.models import Tenant
 
@@ -474,3 +477,161 @@ class CachedReplyCandidateAdmin(TenantScopedAdmin[CachedReplyCandidate]):
         if skipped:
             message += f" {skipped} already being drafted."
         self.message_user(request, message, messages.SUCCESS)
+
+
+class BatchSubmitForm(forms.Form):
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none())
+    name = forms.CharField(max_length=200, required=False)
+    prompts = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 12, "cols": 80}),
+        help_text="One prompt per line; each is asked on its own, as a new conversation.",
+    )
+    max_tokens = forms.IntegerField(min_value=1, max_value=8192, required=False)
+
+    def __init__(self, *args: Any, tenants: QuerySet[Tenant] | None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["tenant"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = Tenant.objects.filter(active=True) if tenants is None else tenants
+
+    def clean_prompts(self) -> list[str]:
+        lines = [line.strip() for line in self.cleaned_data["prompts"].splitlines()]
+        prompts = [line for line in lines if line]
+        if not prompts:
+            raise ValidationError("Type at least one prompt.")
+        return prompts
+
+
+BATCH_FIELDS: list[str] = [
+    "id",
+    "name",
+    "tenant",
+    "api_key",
+    "created_by",
+    "status",
+    "progress",
+    "results",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+]
+
+
+@admin.register(Batch)
+class BatchAdmin(TenantScopedAdmin[Batch]):
+    """Batches submitted over REST or here, with their progress; cancel, download results."""
+
+    tenant_admin_can_add = True
+    change_list_template = "admin/chat/batch/change_list.html"
+    list_display = ["__str__", "tenant", "status", "progress", "created_at", "finished_at"]
+    list_filter = ["status", tenant_filter()]
+    list_select_related = ["tenant"]
+    search_fields = ["name", "id"]
+    actions = ["cancel_selected"]
+    fields = tuple(BATCH_FIELDS)
+    readonly_fields = tuple(BATCH_FIELDS)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Batch]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                n_done=Count("items", filter=Q(items__status__in=batches.FINISHED)),
+                n_failed=Count("items", filter=Q(items__status=BatchItem.Status.FAILED)),
+            )
+        )
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if engine_mode() != "redis":
+            batches.batches_resume()  # embedded: the web process restarts orphaned batches
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="progress")
+    def progress(self, obj: Batch) -> str:
+        done = getattr(obj, "n_done", None)
+        failed = getattr(obj, "n_failed", 0)
+        if done is None:
+            counts = batches.batch_counts(batch=obj)
+            done = sum(counts[s] for s in batches.FINISHED)
+            failed = counts[BatchItem.Status.FAILED]
+        text = f"{done} / {obj.total}" + (f" ({failed} failed)" if failed else "")
+        return format_html(
+            '<progress max="{}" value="{}">{}</progress> {}', obj.total, done, text, text
+        )
+
+    @admin.display(description="results")
+    def results(self, obj: Batch) -> str:
+        url = reverse("admin:chat_batch_results", args=[obj.pk])
+        return format_html('<a href="{}">Download results (JSONL)</a>', url)
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path(
+                "<uuid:pk>/results/",
+                self.admin_site.admin_view(self.results_view),
+                name="chat_batch_results",
+            ),
+            path("submit/", self.admin_site.admin_view(self.submit_view), name="chat_batch_submit"),
+        ]
+        return own + super().get_urls()
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        return HttpResponseRedirect(reverse("admin:chat_batch_submit"))
+
+    def results_view(self, request: HttpRequest, pk: Any) -> StreamingHttpResponse:
+        from chat.api.batches import batch_ref, results_jsonl
+
+        batch = get_object_or_404(self.get_queryset(request), pk=pk)
+        response = StreamingHttpResponse(results_jsonl(batch), content_type="application/jsonl")
+        response["Content-Disposition"] = f'attachment; filename="{batch_ref(batch)}.jsonl"'
+        return response
+
+    def submit_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = BatchSubmitForm(request.POST or None, tenants=admin_tenants(request))
+        if request.method == "POST" and form.is_valid():
+            from chat.services import default_sampling
+
+            params = default_sampling()
+            if form.cleaned_data["max_tokens"]:
+                params = replace(params, max_tokens=form.cleaned_data["max_tokens"])
+            try:
+                batch = batches.batch_create(
+                    tenant=form.cleaned_data["tenant"],
+                    name=form.cleaned_data["name"],
+                    requests=[
+                        batches.BatchRequest(messages=[ChatMessage("user", p)], params=params)
+                        for p in form.cleaned_data["prompts"]
+                    ],
+                    created_by=request.user if request.user.is_authenticated else None,
+                )
+            except batches.BatchError as error:
+                form.add_error("prompts", error.message)
+            else:
+                self.log_addition(request, batch, [{"added": {}}])
+                self.message_user(
+                    request,
+                    f"Submitted {batch.total} prompt(s); they run at background priority.",
+                    messages.SUCCESS,
+                )
+                return HttpResponseRedirect(reverse("admin:chat_batch_changelist"))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Submit a batch",
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/chat/batch/submit.html", context)
+
+    @admin.action(description="Cancel selected batches", permissions=["change"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Batch]) -> None:
+        cancelled = 0
+        for batch in queryset:
+            if batches.batch_cancel(batch=batch):
+                self.log_change(request, batch, [{"changed": {"fields": ["Status"]}}])
+                cancelled += 1
+        self.message_user(request, f"Cancelled {cancelled} batch(es).", messages.SUCCESS)

@@ -209,3 +209,77 @@ class CachedReplyCandidate(models.Model):
 
     def __str__(self) -> str:
         return self.question[:80]
+
+
+class Batch(models.Model):
+    """Many chat completions submitted at once and collected later; run at background priority
+    (only on spare sequences) by a Celery worker, item by item. See chat/batches.py."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="batches")
+    api_key = models.ForeignKey(
+        "tenants.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    total = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # The process running it: a runner whose heartbeat stops is presumed dead, and the batch is
+    # taken over (its unfinished items run again; finished ones never).
+    runner = models.CharField(max_length=64, blank=True, editable=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name_plural = "batches"
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "heartbeat_at"], name="batch_status_heartbeat")]
+
+    def __str__(self) -> str:
+        return self.name or f"Batch {str(self.id)[:8]}"
+
+
+class BatchItem(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="items")
+    index = models.PositiveIntegerField()
+    custom_id = models.CharField(max_length=256, blank=True)
+    messages = models.JSONField()  # [{"role", "content"}], as the client sent them
+    params = models.JSONField()  # SamplingParams.to_dict()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    not_before = models.DateTimeField(null=True, blank=True)  # a retry waits until then
+    content = models.TextField(blank=True)
+    finish_reason = models.CharField(max_length=16, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    error_code = models.CharField(max_length=32, blank=True)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["batch", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "index"], name="batchitem_batch_index")
+        ]
+        indexes = [models.Index(fields=["batch", "status"], name="batchitem_batch_status")]
+
+    def __str__(self) -> str:
+        return f"{self.batch_id} #{self.index} ({self.status})"

@@ -7,7 +7,7 @@ import threading
 from celery import shared_task
 from django.db import close_old_connections, transaction
 
-from chat import cached_replies, services
+from chat import batches, cached_replies, services
 from inference.service import engine_mode
 
 
@@ -42,3 +42,18 @@ def draft_dispatch(*, candidate_id: int) -> None:
             close_old_connections()
 
     transaction.on_commit(lambda: threading.Thread(target=run, daemon=True).start())
+
+
+@shared_task
+def run_batch(batch_id: str) -> str:
+    """Run a batch's items at background priority (see chat/batches.py)."""
+    return batches.batch_run(batch_id=batch_id)
+
+
+@shared_task
+def resume_batches() -> int:
+    """Scheduled by beat: batches whose runner died, or never started, are run again. Redis
+    mode only: embedded, batches run in the web process, which resumes them itself."""
+    if engine_mode() != "redis":
+        return 0
+    return batches.batches_resume()

@@ -176,6 +176,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "interrupt-stale-replies": {"task": "chat.tasks.interrupt_stale_replies", "schedule": 30.0},
     "rollup-usage": {"task": "tenants.tasks.rollup_usage", "schedule": 3600.0},
+    "resume-batches": {"task": "chat.tasks.resume_batches", "schedule": 30.0},
 }
 
 # --- The model and the inference engine ------------------------------------------------------
@@ -193,6 +194,11 @@ QASSIST_DEFAULT_TEMPERATURE = env_float("QASSIST_DEFAULT_TEMPERATURE", 0.7)
 QASSIST_GENERATE_TITLES = env_bool("QASSIST_GENERATE_TITLES", True)
 # Without Redis, how often a process checks whether another process changed cached replies.
 QASSIST_CACHED_REPLY_CHECK_SECONDS = env_float("QASSIST_CACHED_REPLY_CHECK_SECONDS", 5.0)
+# Batch jobs (chat/batches.py).
+QASSIST_BATCH_MAX_ITEMS = env_int("QASSIST_BATCH_MAX_ITEMS", 1000)
+QASSIST_BATCH_CONCURRENCY = env_int("QASSIST_BATCH_CONCURRENCY", 4)  # items in flight per batch
+QASSIST_BATCH_STALE_SECONDS = env_float("QASSIST_BATCH_STALE_SECONDS", 30.0)
+QASSIST_BATCH_SLICE_SECONDS = env_float("QASSIST_BATCH_SLICE_SECONDS", 300.0)
 # A first-turn question asked this often (per tenant) is listed as a cached-reply candidate.
 QASSIST_CANDIDATE_MIN_COUNT = env_int("QASSIST_CANDIDATE_MIN_COUNT", 2)
 QASSIST_WORKER_HEARTBEAT_SECONDS = env_int("QASSIST_WORKER_HEARTBEAT_SECONDS", 5)

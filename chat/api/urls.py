@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from chat.api import views
+from chat.api import batches, views
 
 app_name = "api"
 urlpatterns = [
@@ -12,6 +12,10 @@ urlpatterns = [
         views.completion_messages,
         name="completion_messages",
     ),
+    path("batches", batches.batch_collection, name="batches"),
+    path("batches/<str:batch_id>", batches.batch_detail, name="batch_detail"),
+    path("batches/<str:batch_id>/cancel", batches.batch_cancel, name="batch_cancel"),
+    path("batches/<str:batch_id>/results", batches.batch_results, name="batch_results"),
     path("openapi.json", views.openapi, name="openapi"),
     re_path(r"^(?P<rest>.*)$", views.not_found),
 ]

@@ -1,0 +1,259 @@
+"""REST for batch jobs: submit many chat completions at once, follow progress, fetch results,
+cancel. Same key authentication and error objects as the chat completions endpoint.
+
+    POST /v1/batches               {"requests": [<chat completion request>, ...], "name": "..."}
+                                   or a JSONL body (Content-Type: application/jsonl), one request
+                                   per line; either form may wrap a request as
+                                   {"custom_id": "...", "body": {...}} (OpenAI's batch lines)
+    GET  /v1/batches               the tenant's latest batches
+    GET  /v1/batches/{id}          status and progress
+    GET  /v1/batches/{id}/results  JSONL: one line per finished item, in order
+    POST /v1/batches/{id}/cancel
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.http import Http404, HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from pydantic import ValidationError
+
+from chat import batches
+from chat.api import schemas
+from chat.api.views import (
+    MAX_BODY_BYTES,
+    ApiError,
+    _principal,
+    _sampling,
+    _validation_error,
+    api_endpoint,
+    served_model,
+)
+from chat.batches import BatchError, BatchRequest
+from chat.models import Batch, BatchItem
+from inference.service import engine_mode
+from inference.types import ChatMessage
+from tenants.services import Principal
+
+LIST_LIMIT = 100
+
+
+@api_endpoint(methods=("GET", "POST"))
+async def batch_collection(request: HttpRequest) -> HttpResponseBase:
+    principal = _principal(request)
+    if request.method == "GET":
+        rows = await database_sync_to_async(_list)(principal)
+        return JsonResponse({"object": "list", "data": rows})
+    name, requests = _parse_batch(request)
+    try:
+        batch = await database_sync_to_async(batches.batch_create)(
+            tenant=principal.tenant, requests=requests, api_key=principal.api_key, name=name
+        )
+    except BatchError as error:
+        raise ApiError(400, error.message, code=error.code, param=error.param) from None
+    return JsonResponse(await database_sync_to_async(batch_data)(batch), status=201)
+
+
+@api_endpoint(methods=("GET",))
+async def batch_detail(request: HttpRequest, batch_id: str) -> HttpResponseBase:
+    batch = await database_sync_to_async(_get)(_principal(request), batch_id)
+    return JsonResponse(await database_sync_to_async(batch_data)(batch))
+
+
+@api_endpoint(methods=("POST",))
+async def batch_cancel(request: HttpRequest, batch_id: str) -> HttpResponseBase:
+    batch = await database_sync_to_async(_get)(_principal(request), batch_id)
+    await database_sync_to_async(batches.batch_cancel)(batch=batch)
+    return JsonResponse(await database_sync_to_async(batch_data)(batch))
+
+
+@api_endpoint(methods=("GET",))
+async def batch_results(request: HttpRequest, batch_id: str) -> HttpResponseBase:
+    batch = await database_sync_to_async(_get)(_principal(request), batch_id)
+    lines = await database_sync_to_async(lambda: list(results_jsonl(batch)))()
+    response = StreamingHttpResponse(iter(lines), content_type="application/jsonl")
+    response["Content-Disposition"] = f'attachment; filename="{batch_ref(batch)}.jsonl"'
+    return response
+
+
+# --- shapes ----------------------------------------------------------------------------------
+
+
+def batch_ref(batch: Batch) -> str:
+    return f"batch_{batch.id.hex}"
+
+
+def _stamp(value: Any) -> int | None:
+    return int(value.timestamp()) if value is not None else None
+
+
+def batch_data(batch: Batch) -> dict[str, Any]:
+    counts = batches.batch_counts(batch=batch)
+    return {
+        "id": batch_ref(batch),
+        "object": "batch",
+        "name": batch.name,
+        "status": batch.status,
+        "created_at": _stamp(batch.created_at),
+        "started_at": _stamp(batch.started_at),
+        "finished_at": _stamp(batch.finished_at),
+        "request_counts": {
+            "total": batch.total,
+            "completed": counts[BatchItem.Status.DONE],
+            "failed": counts[BatchItem.Status.FAILED],
+            "cancelled": counts[BatchItem.Status.CANCELLED],
+            "pending": counts[BatchItem.Status.PENDING],
+            "running": counts[BatchItem.Status.RUNNING],
+        },
+    }
+
+
+def result_line(batch: Batch, item: BatchItem) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "custom_id": item.custom_id or None,
+        "index": item.index,
+        "status": item.status,
+    }
+    if item.status == BatchItem.Status.DONE:
+        line["response"] = {
+            "id": f"{batch_ref(batch)}-{item.index}",
+            "object": "chat.completion",
+            "created": _stamp(item.finished_at),
+            "model": served_model(),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": item.content},
+                    "finish_reason": item.finish_reason,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": item.prompt_tokens,
+                "completion_tokens": item.completion_tokens,
+                "total_tokens": item.prompt_tokens + item.completion_tokens,
+            },
+        }
+    else:
+        line["error"] = {"code": item.error_code or item.status, "message": item.error}
+    return line
+
+
+def results_jsonl(batch: Batch) -> Iterator[str]:
+    for item in batches.batch_results(batch=batch):
+        yield json.dumps(result_line(batch, item), ensure_ascii=False) + "\n"
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _list(principal: Principal) -> list[dict[str, Any]]:
+    _resume_here()
+    rows = Batch.objects.filter(tenant=principal.tenant).order_by("-created_at")[:LIST_LIMIT]
+    return [batch_data(batch) for batch in rows]
+
+
+def _get(principal: Principal, ref: str) -> Batch:
+    """The tenant's batch; anyone else's is not found, like one that does not exist."""
+    _resume_here()
+    try:
+        batch_id = uuid.UUID(ref.removeprefix("batch_"))
+    except ValueError:
+        raise Http404("No such batch.") from None
+    batch = Batch.objects.filter(id=batch_id, tenant=principal.tenant).first()
+    if batch is None:
+        raise Http404("No such batch.")
+    return batch
+
+
+def _resume_here() -> None:
+    """Embedded, batches run in this process (no Celery beat reaches it): someone looking at
+    batches is the moment to restart any whose runner died with an earlier process."""
+    if engine_mode() != "redis":
+        batches.batches_resume()
+
+
+def _parse_batch(request: HttpRequest) -> tuple[str, list[BatchRequest]]:
+    if len(request.body) > MAX_BODY_BYTES * 4:
+        raise ApiError(413, "The request body is too large.", code="request_too_large")
+    content_type = request.content_type or ""
+    try:
+        text = request.body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "The request body is not UTF-8.", code="invalid_json") from None
+    name = ""
+    if content_type in ("application/jsonl", "application/x-ndjson", "application/json-lines"):
+        raw: list[tuple[str, Any]] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                raw.append((f"line {number}", json.loads(line)))
+            except ValueError:
+                raise ApiError(
+                    400, f"Line {number} is not valid JSON.", code="invalid_json"
+                ) from None
+    else:
+        try:
+            data = json.loads(text or "null")
+        except ValueError:
+            raise ApiError(
+                400, "The request body is not valid JSON.", code="invalid_json"
+            ) from None
+        if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
+            raise ApiError(
+                400,
+                'The body must be {"requests": [...]} or JSONL (Content-Type: application/jsonl).',
+                code="invalid_json",
+                param="requests",
+            )
+        unknown = sorted(set(data) - {"requests", "name"})
+        if unknown:
+            raise ApiError(
+                400,
+                f"Unrecognized request argument supplied: {unknown[0]}",
+                code="unknown_parameter",
+                param=unknown[0],
+            )
+        name = str(data.get("name") or "")[:200]
+        raw = [(f"requests[{i}]", entry) for i, entry in enumerate(data["requests"])]
+    return name, [_batch_request(where, entry) for where, entry in raw]
+
+
+def _batch_request(where: str, entry: Any) -> BatchRequest:
+    if not isinstance(entry, dict):
+        raise ApiError(400, f"{where} must be a JSON object.", code="invalid_value", param=where)
+    custom_id = ""
+    if "body" in entry:
+        custom_id = str(entry.get("custom_id") or "")[:256]
+        entry = entry["body"]
+        if not isinstance(entry, dict):
+            raise ApiError(400, f"{where}.body must be an object.", param=f"{where}.body")
+    try:
+        body = schemas.ChatCompletionRequest.model_validate(entry)
+    except ValidationError as exc:
+        error = _validation_error(exc)
+        error.message = f"{where}: {error.message}"
+        error.param = f"{where}.{error.param}" if error.param else where
+        raise error from None
+    if body.stream:
+        raise ApiError(
+            400,
+            f"{where}: stream is not available in a batch; fetch the results instead.",
+            code="invalid_value",
+            param=f"{where}.stream",
+        )
+    if body.model != served_model():
+        raise ApiError(
+            404,
+            f"{where}: the model '{body.model}' does not exist; this server serves "
+            f"'{served_model()}'.",
+            code="model_not_found",
+            param=f"{where}.model",
+        )
+    messages = [ChatMessage(m.engine_role, m.text) for m in body.messages]
+    return BatchRequest(messages=messages, params=_sampling(body), custom_id=custom_id)
