@@ -537,8 +537,9 @@ class BatchAdmin(TenantScopedAdmin[Batch]):
             super()
             .get_queryset(request)
             .annotate(
-                n_done=Count("items", filter=Q(items__status__in=batches.FINISHED)),
+                n_ok=Count("items", filter=Q(items__status=BatchItem.Status.DONE)),
                 n_failed=Count("items", filter=Q(items__status=BatchItem.Status.FAILED)),
+                n_cancelled=Count("items", filter=Q(items__status=BatchItem.Status.CANCELLED)),
             )
         )
 
@@ -549,15 +550,25 @@ class BatchAdmin(TenantScopedAdmin[Batch]):
 
     @admin.display(description="progress")
     def progress(self, obj: Batch) -> str:
-        done = getattr(obj, "n_done", None)
-        failed = getattr(obj, "n_failed", 0)
-        if done is None:
+        """A bar of the items with an outcome; the text says which outcomes."""
+        if hasattr(obj, "n_ok"):  # annotated by get_queryset
+            ok, failed, cancelled = (getattr(obj, f"n_{n}") for n in ("ok", "failed", "cancelled"))
+        else:
             counts = batches.batch_counts(batch=obj)
-            done = sum(counts[s] for s in batches.FINISHED)
+            ok = counts[BatchItem.Status.DONE]
             failed = counts[BatchItem.Status.FAILED]
-        text = f"{done} / {obj.total}" + (f" ({failed} failed)" if failed else "")
+            cancelled = counts[BatchItem.Status.CANCELLED]
+        text = f"{ok} / {obj.total} done"
+        if failed:
+            text += f", {failed} failed"
+        if cancelled:
+            text += f", {cancelled} cancelled"
         return format_html(
-            '<progress max="{}" value="{}">{}</progress> {}', obj.total, done, text, text
+            '<progress max="{}" value="{}">{}</progress> {}',
+            obj.total,
+            ok + failed + cancelled,
+            text,
+            text,
         )
 
     @admin.display(description="results")

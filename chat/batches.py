@@ -41,7 +41,7 @@ from chat import services
 from chat.models import Batch, BatchItem
 from inference.types import ChatMessage, Delta, Done, Failed, SamplingParams
 from tenants.models import ApiKey, Tenant, UsageRecord
-from tenants.services import Principal
+from tenants.services import Principal, api_key_status
 
 logger = logging.getLogger(__name__)
 
@@ -323,6 +323,11 @@ async def _run_item(batch: Batch, item: BatchItem, stop: asyncio.Event) -> None:
     from chat import admission
     from inference.service import get_engine_client
 
+    if not await database_sync_to_async(_key_usable)(batch):
+        await database_sync_to_async(_refused)(
+            item, "forbidden", "The API key that submitted this batch was revoked or expired."
+        )
+        return
     principal = Principal(tenant=batch.tenant, api_key=batch.api_key)
     messages = [ChatMessage(m["role"], m["content"]) for m in item.messages]
     params = SamplingParams.from_dict(item.params)
@@ -370,6 +375,14 @@ async def _run_item(batch: Batch, item: BatchItem, stop: asyncio.Event) -> None:
         await database_sync_to_async(_stopped)(item)
     else:  # the stream ended with no outcome: try again later
         await database_sync_to_async(_retry)(item, "internal", "The reply ended without a word.")
+
+
+def _key_usable(batch: Batch) -> bool:
+    """A batch stops with its key: revoking a key stops what it submitted."""
+    if batch.api_key_id is None:
+        return True
+    key = ApiKey.objects.filter(pk=batch.api_key_id).first()
+    return key is not None and api_key_status(api_key=key) == "active"
 
 
 def _mine(item: BatchItem) -> Any:

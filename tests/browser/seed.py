@@ -154,7 +154,40 @@ def _seed_admin(acme: Any, beta: Any, people: list[Any], password: str) -> dict[
     for question, answer, count in questions:
         for _ in range(count):
             candidate_record(tenant=acme, question=question, answer=answer)
+    _seed_batches(acme, key)
     return {"acme_id": acme.pk}
+
+
+def _seed_batches(acme: Any, key: Any) -> None:
+    """Two finished batches (a running one would start on the live model when listed)."""
+    from django.utils import timezone
+
+    from chat.models import Batch, BatchItem
+
+    now = timezone.now()
+    for name, done, failed, cancelled, status in (
+        ("Ticket summaries (nightly)", 20, 0, 0, Batch.Status.COMPLETED),
+        ("Release notes, 中文翻译", 12, 2, 6, Batch.Status.CANCELLED),
+    ):
+        total = done + failed + cancelled
+        batch = Batch.objects.create(
+            tenant=acme, api_key=key, name=name, status=status, total=total, finished_at=now
+        )
+        outcomes = ["done"] * done + ["failed"] * failed + ["cancelled"] * cancelled
+        BatchItem.objects.bulk_create(
+            [
+                BatchItem(
+                    batch=batch,
+                    index=i,
+                    messages=[{"role": "user", "content": f"Item {i}"}],
+                    params={},
+                    status=outcome,
+                    content=f"Summary {i}" if outcome == "done" else "",
+                    error_code="quota_exceeded" if outcome == "failed" else "",
+                )
+                for i, outcome in enumerate(outcomes)
+            ]
+        )
 
 
 if __name__ == "__main__":

@@ -105,3 +105,15 @@ def test_candidates_are_promoted_in_one_click_and_reviewed(browsing: Browsing) -
     acme = b.live.seed["acme_id"]
     page.goto(f"{b.live.url}/admin/chat/cachedreply/test-phrase/?tenant={acme}&phrase=vpn%EF%BC%9F")
     assert "Answered from the cache" in page.locator("#phrase-result").inner_text()
+
+
+def test_batches_are_listed_with_progress_bars(browsing: Browsing) -> None:
+    b, page = browsing, browsing.page
+    admin_login(b, "carol")
+    page.goto(f"{b.live.url}/admin/chat/batch/")
+    bars = page.locator("#result_list progress")
+    assert bars.count() == 2
+    texts = page.locator("#result_list tbody").inner_text()
+    assert "20 / 20 done" in texts
+    assert "12 / 20 done, 2 failed, 6 cancelled" in texts
+    shot(page, "admin-batches")

@@ -180,6 +180,17 @@ def test_an_item_waits_for_a_worker_that_is_down_without_using_up_its_attempts(
     assert len(engine.submissions) == 3
 
 
+def test_revoking_the_key_stops_its_batch(tenant, api_key, engine):
+    from tenants.services import api_key_revoke
+
+    batch = make_batch(tenant, ["a", "b"], api_key=api_key[0])
+    api_key_revoke(api_key=api_key[0])
+    assert batches.batch_run(batch_id=batch.id) == "completed"
+    assert statuses(batch) == ["failed", "failed"]
+    assert engine.submissions == []
+    assert "revoked" in batch.items.first().error
+
+
 def test_an_item_the_engine_refuses_fails_with_the_reason(tenant, engine):
     engine.script = {0: lambda rid: [Failed(rid, "prompt_too_long", "Too long.")]}
     batch = make_batch(tenant, ["a", "b"])
@@ -384,7 +395,7 @@ def test_the_admin_lists_batches_with_progress_bars(admin_client, tenant, engine
     batch.items.filter(index=1).update(status="failed")
     page = admin_client.get(reverse("admin:chat_batch_changelist")).content.decode()
     assert '<progress max="3" value="2">' in page
-    assert "2 / 3 (1 failed)" in page
+    assert "1 / 3 done, 1 failed" in page
     assert "nightly" in page
 
 
