@@ -69,6 +69,17 @@ def fake_prompt_counter() -> Iterator[FakeCounter]:
 
 
 @pytest.fixture(autouse=True)
+def batch_dispatches(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Batches are not started behind a test's back (a runner thread would outlive it): the
+    ids a test's code dispatched are listed here; tests run batches with batch_run."""
+    from chat import batches
+
+    dispatched: list[object] = []
+    monkeypatch.setattr(batches, "batch_dispatch", lambda *, batch_id: dispatched.append(batch_id))
+    return dispatched
+
+
+@pytest.fixture(autouse=True)
 def fresh_cached_reply_index() -> None:
     # Each process keeps cached replies in memory; a test's rows are rolled back without the
     # signals that would tell the index, so every test starts with an index of its own.

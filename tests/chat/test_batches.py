@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -13,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from chat import batches
+from chat.batches import batch_dispatch as real_batch_dispatch  # before fixtures replace it
 from chat.models import Batch, BatchItem
 from chat.tasks import resume_batches, run_batch
 from inference.service import set_engine_client
@@ -20,7 +22,8 @@ from inference.types import ChatMessage, Delta, Done, Event, Failed, SamplingPar
 from inference.worker import Submission
 from tenants.models import UsageRecord
 
-pytestmark = pytest.mark.django_db
+# The runner and the REST views are async: their database work runs on other connections.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class FakeEngine:
@@ -230,11 +233,43 @@ def test_cancelling_ends_what_has_not_run(tenant, engine):
     assert not batches.batch_cancel(batch=batch)
 
 
-def test_the_beat_task_resumes_only_in_redis_mode(tenant, monkeypatch):
+def test_a_new_batch_is_started_once_stored(tenant, batch_dispatches):
+    batch = make_batch(tenant, ["a"])
+    assert batch_dispatches == [batch.id]
+
+
+def test_with_redis_a_batch_runs_on_celery_and_embedded_on_a_thread_here(
+    tenant, monkeypatch, django_capture_on_commit_callbacks
+):
+    dispatch = real_batch_dispatch
+    first = uuid.uuid4()
+    queued: list[str] = []
+    threads: list[object] = []
+    monkeypatch.setattr("chat.tasks.run_batch.delay", queued.append)
+    monkeypatch.setattr("inference.service.engine_mode", lambda: "redis")
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatch(batch_id=first)
+    assert queued == [str(first)]
+
+    class NoThread:
+        def __init__(self, target, daemon):
+            threads.append(daemon)
+
+        def start(self):
+            threads.append("started")
+
+    monkeypatch.setattr("inference.service.engine_mode", lambda: "embedded")
+    monkeypatch.setattr("chat.batches.threading.Thread", NoThread)
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatch(batch_id=uuid.uuid4())
+    assert threads == [True, "started"]
+
+
+def test_the_beat_task_resumes_only_in_redis_mode(tenant, monkeypatch, batch_dispatches):
     batch = make_batch(tenant, ["a"])
     Batch.objects.filter(pk=batch.pk).update(created_at=timezone.now() - timedelta(minutes=5))
-    dispatched = []
-    monkeypatch.setattr(batches, "batch_dispatch", lambda *, batch_id: dispatched.append(batch_id))
+    dispatched = batch_dispatches
+    dispatched.clear()
     monkeypatch.setattr("chat.tasks.engine_mode", lambda: "embedded")
     assert resume_batches() == 0
     monkeypatch.setattr("chat.tasks.engine_mode", lambda: "redis")

@@ -13,7 +13,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from chat.models import CachedReply, CachedReplyCandidate, ChatSession, Message
+from chat.batches import BatchRequest, batch_create
+from chat.models import Batch, CachedReply, CachedReplyCandidate, ChatSession, Message
+from inference.types import ChatMessage, SamplingParams
 from tenants.models import ApiKey, Membership, Tenant, UsageRecord
 from tenants.services import api_key_authenticate, api_key_create, api_key_revoke
 
@@ -41,6 +43,10 @@ def one_of_each(
         CachedReplyCandidate: CachedReplyCandidate.objects.create(
             tenant=tenant, normalized_key="wifi", question="Wifi?", count=3, last_answer="guest"
         ),
+        Batch: batch_create(
+            tenant=tenant,
+            requests=[BatchRequest([ChatMessage("user", "Hi")], SamplingParams(max_tokens=8))],
+        ),
     }
 
 
@@ -58,6 +64,7 @@ def test_it_covers_every_registered_model() -> None:
         Message,
         CachedReply,
         CachedReplyCandidate,
+        Batch,
     }
 
 
@@ -74,8 +81,10 @@ def test_it_renders_every_admin_page(
     change = reverse("admin:{}_{}_change".format(*info), args=[obj.pk])
     assert admin_client.get(change).status_code == 200
     add = admin_client.get(reverse("admin:{}_{}_add".format(*info)))
-    # Usage and candidates are recorded by the system, never typed in.
-    assert add.status_code == (403 if model in (UsageRecord, CachedReplyCandidate) else 200)
+    # Usage and candidates are recorded by the system, never typed in; a batch is submitted
+    # on a page of its own.
+    expected = {UsageRecord: 403, CachedReplyCandidate: 403, Batch: 302}.get(model, 200)
+    assert add.status_code == expected
 
 
 def test_it_shows_tenant_usage_today_and_this_month(admin_client: Client, tenant: Tenant) -> None:
