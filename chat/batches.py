@@ -411,7 +411,8 @@ def _store(batch: Batch, item: BatchItem, content: str, done: Done) -> None:
                 user=batch.created_by,
                 prompt_tokens=done.prompt_tokens,
                 completion_tokens=done.completion_tokens,
-                ttft_ms=done.ttft_ms,
+                # No TTFT: a batch item waits for spare sequences by design, and the usage
+                # pages' TTFT is what people wait for.
                 status=UsageRecord.Status.OK,
                 reason="batch",
             )
@@ -472,7 +473,9 @@ def _stopped(item: BatchItem) -> None:
 def _finish(batch_id: uuid.UUID, me: str) -> str:
     """Give the batch up: completed if every item has an outcome, else back to the queue."""
     with transaction.atomic():
-        batch = Batch.objects.select_for_update().get(id=batch_id)
+        batch = Batch.objects.select_for_update().filter(id=batch_id).first()
+        if batch is None:
+            return "gone"  # deleted while it ran
         if batch.runner != me:
             return "lost"
         now = timezone.now()

@@ -141,7 +141,10 @@ class UsageDaily(models.Model):
     api_key = models.ForeignKey(
         ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    requests = models.PositiveIntegerField(default=0)  # every request that was not rejected
+    # Requests people or integrations made (not rejected); background work (titles, batch
+    # items) is counted apart: its tokens count, but it would distort hit rates.
+    requests = models.PositiveIntegerField(default=0)
+    background = models.PositiveIntegerField(default=0)
     rejected = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
     cancelled = models.PositiveIntegerField(default=0)

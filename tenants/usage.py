@@ -34,6 +34,7 @@ from tenants.models import (
 BUCKET_FIELDS = [f"ttft_b{i:02}" for i in range(len(TTFT_BUCKETS_MS) + 1)]
 COUNT_FIELDS = [
     "requests",
+    "background",
     "rejected",
     "errors",
     "cancelled",
@@ -43,6 +44,8 @@ COUNT_FIELDS = [
     "ttft_count",
 ]
 NUMBER_FIELDS = COUNT_FIELDS + BUCKET_FIELDS
+# UsageRecord.reason of work nobody waits on: conversation titles, batch items.
+BACKGROUND_REASONS = ("background", "batch")
 
 Numbers = dict[str, int]
 
@@ -54,8 +57,10 @@ def _zero() -> Numbers:
 def _record_aggregates() -> dict[str, Any]:
     """What a roll-up row holds, computed from UsageRecord rows."""
     rejected = Q(status=UsageRecord.Status.REJECTED)
+    background = Q(reason__in=BACKGROUND_REASONS) & ~rejected
     aggregates: dict[str, Any] = {
-        "requests": Count("id", filter=~rejected),
+        "requests": Count("id", filter=~rejected & ~background),
+        "background": Count("id", filter=background),
         "rejected": Count("id", filter=rejected),
         "errors": Count("id", filter=Q(status=UsageRecord.Status.ERROR)),
         "cancelled": Count("id", filter=Q(status=UsageRecord.Status.CANCELLED)),
@@ -380,6 +385,7 @@ def usage_tokens_since(*, tenant: Tenant, since: date) -> int:
 CSV_DAY_COLUMNS = [
     "day",
     "requests",
+    "background",
     "prompt_tokens",
     "completion_tokens",
     "total_tokens",
@@ -402,6 +408,7 @@ def usage_days_csv(*, report: UsageReport) -> str:
             [
                 row["day"].isoformat(),
                 row["requests"],
+                row["background"],
                 row["prompt_tokens"],
                 row["completion_tokens"],
                 row["total_tokens"],

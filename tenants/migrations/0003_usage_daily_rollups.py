@@ -27,6 +27,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('day', models.DateField()),
                 ('requests', models.PositiveIntegerField(default=0)),
+                ('background', models.PositiveIntegerField(default=0)),
                 ('rejected', models.PositiveIntegerField(default=0)),
                 ('errors', models.PositiveIntegerField(default=0)),
                 ('cancelled', models.PositiveIntegerField(default=0)),

@@ -99,6 +99,7 @@ def test_a_batch_runs_every_item_at_background_priority_and_records_usage(tenant
     usage = UsageRecord.objects.filter(tenant=tenant, reason="batch")
     assert usage.count() == 3
     assert sum(u.prompt_tokens + u.completion_tokens for u in usage) == 3 * 14
+    assert all(u.ttft_ms is None for u in usage)  # the usage pages' TTFT is what people wait for
 
 
 def test_a_batch_is_not_held_back_by_the_per_minute_rate(tenant, engine):

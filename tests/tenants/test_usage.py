@@ -23,7 +23,11 @@ from tenants.tasks import rollup_usage
 pytestmark = pytest.mark.django_db
 
 STATUSES = ["ok"] * 6 + ["cancelled", "error", "rejected", "rejected"]
-REASONS = {"rejected": ["requests_per_minute", "daily_quota"], "error": ["prompt_too_long", ""]}
+REASONS = {
+    "rejected": ["requests_per_minute", "daily_quota"],
+    "error": ["prompt_too_long", ""],
+    "ok": ["", "", "", "", "background", "batch"],  # titles and batch items: background work
+}
 
 
 def local_noon(days_ago: int) -> datetime:
@@ -60,8 +64,10 @@ def make_records(tenant, users, keys, *, days: int, per_day: int, seed: int = 1)
 def expected_day(records):
     """The numbers of one day, summed over the records by hand."""
     served = [r for r in records if r.status != "rejected"]
+    background = [r for r in served if r.reason in ("background", "batch")]
     return {
-        "requests": len(served),
+        "requests": len(served) - len(background),
+        "background": len(background),
         "rejected": sum(r.status == "rejected" for r in records),
         "errors": sum(r.status == "error" for r in records),
         "cancelled": sum(r.status == "cancelled" for r in records),
@@ -118,6 +124,7 @@ def test_the_report_equals_sums_over_usage_records(tenant, other_tenant, people,
     )
     hits, served = report.totals["cache_hits"], report.totals["requests"]
     assert report.totals["hit_rate"] == hits / served
+    assert report.totals["background"] > 0
     for row in report.by_user:
         mine = [r for r in records if r.user_id == row["id"]]
         assert numbers_of(row) == expected_day(mine)
