@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -142,6 +146,51 @@ def test_a_dead_runners_batch_resumes_without_running_a_finished_item_again(tena
     assert items[0].content == "kept"
     assert [i.status for i in items] == ["done"] * 3
     assert items[1].attempts == 2
+
+
+def _database_url() -> str:
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
+    user, host, port = db.get("USER") or "postgres", db.get("HOST"), db.get("PORT") or 5432
+    return f"postgres://{user}@{host}:{port}/{db['NAME']}"
+
+
+def test_a_batch_resumes_after_its_runner_process_is_killed(tenant, engine, settings):
+    batch = make_batch(tenant, ["a0", "a1", "hang here", "a3"])
+    env = {**os.environ, "DATABASE_URL": _database_url(), "QASSIST_ENGINE": "embedded"}
+    env.pop("REDIS_URL", None)
+    child = subprocess.Popen(  # noqa: S603  # this interpreter, the repository's own module
+        [sys.executable, "-m", "tests.chat.batch_runner_child", str(batch.id)],
+        cwd=settings.BASE_DIR,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not batch.items.filter(index=2, status="running").exists():
+            assert child.poll() is None, "the runner process ended early"
+            assert time.monotonic() < deadline, "the runner never reached the hanging item"
+            time.sleep(0.05)
+    finally:
+        child.kill()  # as a crashed worker: no clean-up of any kind
+        child.wait()
+    assert statuses(batch) == ["done", "done", "running", "pending"]
+    batch.refresh_from_db()
+    assert batch.status == "running"
+    assert batch.runner != ""
+
+    settings.QASSIST_BATCH_STALE_SECONDS = 0.2
+    time.sleep(0.3)  # its heartbeat goes stale
+    assert batch.pk in batches.batches_stale()
+    engine.script = {}
+    assert batches.batch_run(batch_id=batch.id) == "completed"
+
+    # Only the unfinished items ran again; the finished ones kept their results.
+    assert [s.messages[-1].content for s in engine.submissions] == ["hang here", "a3"]
+    items = list(batch.items.order_by("index"))
+    assert [i.content for i in items[:2]] == ["answer to a0", "answer to a1"]
+    assert [i.status for i in items] == ["done"] * 4
+    assert UsageRecord.objects.filter(reason="batch").count() == 4
 
 
 def test_a_live_runners_batch_is_left_to_it(tenant, engine):
