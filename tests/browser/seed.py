@@ -118,7 +118,7 @@ def _seed_admin(acme: Any, beta: Any, people: list[Any], password: str) -> dict[
     User.objects.create_superuser("root", "root@example.com", password)
     carol = User.objects.create_user("carol", "carol@example.com", password, is_staff=True)
     Membership.objects.create(user=carol, tenant=acme, role=Membership.Role.ADMIN)
-    acme.daily_token_quota = 60_000
+    acme.daily_token_quota = 200_000  # room left: the chat UI tests chat as acme members
     acme.monthly_token_quota = 1_500_000
     acme.save()
     key, _ = api_key_create(tenant=acme, name="helpdesk bot")
