@@ -6,7 +6,8 @@ first text and to the stored reply, p50 / p95.
 
 Starts daphne on a scratch SQLite database with --replies cached replies (the tenant's own and
 shared ones, as a deployment would have), logs a user in, and runs C websocket clients, each
-sending --requests first questions that the cache answers, one after the other (every question
+sending --requests first questions that the cache answers, one after the other, at most about
+7.7 a second (the consumer's frame limit is 10 a second per socket; every question
 opens a new conversation, as only first messages are answered from the cache). Run twice: the
 embedded mode (the index's version in the process) and, with --redis-url, the Redis mode (one
 GET per lookup). No model is loaded: a cached reply never reaches the engine. The REST surface
@@ -30,6 +31,8 @@ import websockets
 
 from bench.run import PYTHON, ROOT, free_port, process
 
+PACE_SECONDS = 0.13
+
 
 def env_for(workdir: Path, redis_url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QASSIST_")}
@@ -41,6 +44,8 @@ def env_for(workdir: Path, redis_url: str) -> dict[str, str]:
             "QASSIST_REDIS_PREFIX": f"bench-{uuid.uuid4().hex[:8]}",
             "QASSIST_PRELOAD_ENGINE": "0",
             "QASSIST_GENERATE_TITLES": "0",
+            # All clients are one bench user: let them all have a reply going at once.
+            "QASSIST_USER_MAX_STREAMS": "64",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "LOG_LEVEL": "WARNING",
         }
@@ -108,6 +113,8 @@ async def client(
                         raise RuntimeError(f"not served from the cache: {question!r}")
                     timings.append(((first or end) - sent, end - sent))
                     break
+            # The consumer allows a client 10 frames a second: a person, not a flood.
+            await asyncio.sleep(max(0.0, PACE_SECONDS - (time.perf_counter() - sent)))
     return timings
 
 
