@@ -2,7 +2,7 @@
 then while a batch of 20 prompts runs, on the embedded model, in the same run.
 
     PYTHONPATH=$PWD python bench/batch_interactive.py [--model smollm2-135m] [--batch 20]
-        [--max-tokens 64]
+        [--max-tokens 64] [--batch-concurrency 4]
 
 Starts daphne in the embedded mode (the engine and the batch runner in the web process) on a
 scratch SQLite database, then:
@@ -77,6 +77,7 @@ def env_for(workdir: Path, args: argparse.Namespace) -> dict[str, str]:
             "QASSIST_GENERATE_TITLES": "0",
             "QASSIST_DEFAULT_TEMPERATURE": "0",
             "QASSIST_DEFAULT_MAX_TOKENS": str(args.max_tokens),
+            "QASSIST_BATCH_CONCURRENCY": str(args.batch_concurrency),
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "LOG_LEVEL": "WARNING",
         }
@@ -116,6 +117,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--batch-concurrency", type=int, default=4)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="qassist-bench-batch-") as tmp:
@@ -181,7 +183,10 @@ def main() -> None:
                 time.sleep(0.5)
             batch_seconds = time.perf_counter() - started
 
-        print(f"model {args.model}, batch of {args.batch} prompts, max_tokens {args.max_tokens}")
+        print(
+            f"model {args.model}, batch of {args.batch} prompts, max_tokens {args.max_tokens}, "
+            f"{args.batch_concurrency} batch items in flight"
+        )
         print("| interactive user | TTFT p50 ms | TTFT p95 ms |")
         print("|---|---|---|")
         print(f"| idle | {pct(idle, 0.5):.0f} | {pct(idle, 0.95):.0f} |")
