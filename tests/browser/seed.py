@@ -106,7 +106,8 @@ def main() -> None:
 
 
 def _seed_admin(acme: Any, beta: Any, people: list[Any], password: str) -> dict[str, Any]:
-    """A superuser, a tenant admin of acme, 30 days of usage and recurring questions."""
+    """A tenant admin of acme (the superuser `root` is made above), 30 days of usage and
+    recurring questions."""
     from django.contrib.auth.models import User
     from django.utils import timezone
 
@@ -115,7 +116,6 @@ def _seed_admin(acme: Any, beta: Any, people: list[Any], password: str) -> dict[
     from tenants.services import api_key_create
     from tenants.usage import usage_rollup
 
-    User.objects.create_superuser("root", "root@example.com", password)
     carol = User.objects.create_user("carol", "carol@example.com", password, is_staff=True)
     Membership.objects.create(user=carol, tenant=acme, role=Membership.Role.ADMIN)
     acme.daily_token_quota = 200_000  # room left: the chat UI tests chat as acme members

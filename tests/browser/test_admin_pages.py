@@ -28,6 +28,10 @@ def watch_console(page: Any) -> list[str]:
     problems: list[str] = []
     page.on("pageerror", lambda e: problems.append(str(e)))
     page.on(
+        "console",
+        lambda m: problems.append(m.text) if "Content Security Policy" in m.text else None,
+    )
+    page.on(
         "response",
         lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None,
     )
