@@ -23,7 +23,7 @@ def renormalize_keys(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0003_chatsession_external_user'),
+        ('chat', '0004_message_versions'),
         ('tenants', '0002_usage_reason_ttft'),
     ]
 

@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0004_cached_reply_alternatives_candidates'),
+        ('chat', '0005_cached_reply_alternatives_candidates'),
         ('tenants', '0003_usage_daily_rollups'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
