@@ -94,53 +94,52 @@ def _stamp(value: Any) -> int | None:
 
 def batch_data(batch: Batch) -> dict[str, Any]:
     counts = batches.batch_counts(batch=batch)
-    return {
-        "id": batch_ref(batch),
-        "object": "batch",
-        "name": batch.name,
-        "status": batch.status,
-        "created_at": _stamp(batch.created_at),
-        "started_at": _stamp(batch.started_at),
-        "finished_at": _stamp(batch.finished_at),
-        "request_counts": {
-            "total": batch.total,
-            "completed": counts[BatchItem.Status.DONE],
-            "failed": counts[BatchItem.Status.FAILED],
-            "cancelled": counts[BatchItem.Status.CANCELLED],
-            "pending": counts[BatchItem.Status.PENDING],
-            "running": counts[BatchItem.Status.RUNNING],
-        },
-    }
+    return schemas.BatchObject(
+        id=batch_ref(batch),
+        object="batch",
+        name=batch.name,
+        status=batch.status,
+        created_at=_stamp(batch.created_at),
+        started_at=_stamp(batch.started_at),
+        finished_at=_stamp(batch.finished_at),
+        request_counts=schemas.BatchRequestCounts(
+            total=batch.total,
+            completed=counts[BatchItem.Status.DONE],
+            failed=counts[BatchItem.Status.FAILED],
+            cancelled=counts[BatchItem.Status.CANCELLED],
+            pending=counts[BatchItem.Status.PENDING],
+            running=counts[BatchItem.Status.RUNNING],
+        ),
+    ).model_dump(mode="json")
 
 
 def result_line(batch: Batch, item: BatchItem) -> dict[str, Any]:
-    line: dict[str, Any] = {
-        "custom_id": item.custom_id or None,
-        "index": item.index,
-        "status": item.status,
-    }
+    line = schemas.BatchResultLine(
+        custom_id=item.custom_id or None, index=item.index, status=item.status
+    )
     if item.status == BatchItem.Status.DONE:
-        line["response"] = {
-            "id": f"{batch_ref(batch)}-{item.index}",
-            "object": "chat.completion",
-            "created": _stamp(item.finished_at),
-            "model": served_model(),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": item.content},
-                    "finish_reason": item.finish_reason,
-                }
+        line.response = schemas.BatchResponse(
+            id=f"{batch_ref(batch)}-{item.index}",
+            object="chat.completion",
+            created=_stamp(item.finished_at),
+            model=served_model(),
+            choices=[
+                schemas.BatchChoice(
+                    index=0,
+                    message=schemas.ChatMessageOut(role="assistant", content=item.content),
+                    finish_reason=item.finish_reason,
+                )
             ],
-            "usage": {
-                "prompt_tokens": item.prompt_tokens,
-                "completion_tokens": item.completion_tokens,
-                "total_tokens": item.prompt_tokens + item.completion_tokens,
-            },
-        }
+            usage=schemas.BatchUsage(
+                prompt_tokens=item.prompt_tokens,
+                completion_tokens=item.completion_tokens,
+                total_tokens=item.prompt_tokens + item.completion_tokens,
+            ),
+        )
     else:
-        line["error"] = {"code": item.error_code or item.status, "message": item.error}
-    return line
+        line.error = schemas.BatchItemError(code=item.error_code or item.status, message=item.error)
+    # A line has a response or an error, not both as null.
+    return line.model_dump(mode="json", exclude={"error" if line.response else "response"})
 
 
 def results_jsonl(batch: Batch) -> Iterator[str]:

@@ -48,6 +48,15 @@ _ID_PARAM = {
 }
 
 
+_BATCH_PARAM = {
+    "name": "batch_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+    "description": "The id a batch was created with (batch_…).",
+}
+
+
 def _paths() -> dict[str, Any]:
     completion = _json(schemas.ChatCompletion, "The completion (`stream` false).")
     completion["content"]["text/event-stream"] = {
@@ -112,6 +121,70 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/batches": {
+            "post": {
+                "operationId": "createBatch",
+                "summary": "Submit many chat completions to run in the background.",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": _ref(schemas.BatchCreate)},
+                        "application/jsonl": {
+                            "schema": {
+                                "type": "string",
+                                "description": "One ChatCompletionRequest or BatchLine per line.",
+                            }
+                        },
+                    },
+                },
+                "responses": {
+                    "201": _json(schemas.BatchObject, "The batch, queued."),
+                    **_errors(400, 401, 404, 413),
+                },
+            },
+            "get": {
+                "operationId": "listBatches",
+                "summary": "The tenant's latest batches.",
+                "responses": {"200": _json(schemas.BatchList, "The batches."), **_errors(401)},
+            },
+        },
+        "/v1/batches/{batch_id}": {
+            "get": {
+                "operationId": "getBatch",
+                "summary": "A batch's status and progress.",
+                "parameters": [_BATCH_PARAM],
+                "responses": {"200": _json(schemas.BatchObject, "The batch."), **_errors(401, 404)},
+            }
+        },
+        "/v1/batches/{batch_id}/cancel": {
+            "post": {
+                "operationId": "cancelBatch",
+                "summary": "Cancel what has not run yet.",
+                "parameters": [_BATCH_PARAM],
+                "responses": {"200": _json(schemas.BatchObject, "The batch."), **_errors(401, 404)},
+            }
+        },
+        "/v1/batches/{batch_id}/results": {
+            "get": {
+                "operationId": "getBatchResults",
+                "summary": "The finished items, one BatchResultLine per line, in order.",
+                "parameters": [_BATCH_PARAM],
+                "responses": {
+                    "200": {
+                        "description": "JSONL: one BatchResultLine per line.",
+                        "content": {
+                            "application/jsonl": {
+                                "schema": {
+                                    "type": "string",
+                                    "description": "Lines of BatchResultLine.",
+                                }
+                            }
+                        },
+                    },
+                    **_errors(401, 404),
+                },
+            }
+        },
         "/v1/models": {
             "get": {
                 "operationId": "listModels",
@@ -129,6 +202,10 @@ _MODELS: list[type[BaseModel]] = [
     schemas.ModelList,
     schemas.StoredMessageList,
     schemas.ErrorResponse,
+    schemas.BatchCreate,
+    schemas.BatchObject,
+    schemas.BatchList,
+    schemas.BatchResultLine,
 ]
 
 
@@ -140,15 +217,15 @@ def _example_request(model: str) -> dict[str, Any]:
     }
 
 
+_REQUESTS = (schemas.ChatCompletionRequest, schemas.BatchCreate)
+
+
 @functools.cache
 def openapi_document() -> dict[str, Any]:
     from chat.api.views import served_model
 
     _, defs = models_json_schema(
-        [
-            (model, "validation" if model is schemas.ChatCompletionRequest else "serialization")
-            for model in _MODELS
-        ],
+        [(model, "validation" if model in _REQUESTS else "serialization") for model in _MODELS],
         ref_template=REF,
     )
     request = defs["$defs"]["ChatCompletionRequest"]

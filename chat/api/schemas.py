@@ -249,3 +249,85 @@ class ErrorDetail(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorDetail
+
+
+# --- batches ------------------------------------------------------------------------------
+
+
+class BatchLine(_Strict):
+    """OpenAI's batch line: a request with the caller's own id for it."""
+
+    custom_id: str | None = Field(default=None, max_length=256)
+    body: ChatCompletionRequest
+    method: Literal["POST"] | None = None
+    url: Literal["/v1/chat/completions"] | None = None
+
+
+class BatchCreate(_Strict):
+    """`POST /v1/batches` as JSON; the same requests may come as JSONL instead, one per line
+    (Content-Type: application/jsonl). `stream` must be false in a batch."""
+
+    requests: list[ChatCompletionRequest | BatchLine] = Field(min_length=1)
+    name: str | None = Field(default=None, max_length=200)
+
+
+class BatchRequestCounts(BaseModel):
+    total: int
+    completed: int
+    failed: int
+    cancelled: int
+    pending: int
+    running: int
+
+
+class BatchObject(BaseModel):
+    id: str = Field(description="batch_…")
+    object: Literal["batch"]
+    name: str
+    status: str
+    created_at: int | None
+    started_at: int | None
+    finished_at: int | None
+    request_counts: BatchRequestCounts
+
+
+class BatchList(BaseModel):
+    object: Literal["list"]
+    data: list[BatchObject]
+
+
+class BatchItemError(BaseModel):
+    code: str
+    message: str
+
+
+class BatchUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class BatchChoice(BaseModel):
+    index: int
+    message: ChatMessageOut
+    finish_reason: str
+
+
+class BatchResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int | None
+    model: str
+    choices: list[BatchChoice]
+    usage: BatchUsage
+
+
+class BatchResultLine(BaseModel):
+    """One line of `GET /v1/batches/{id}/results` (JSONL): a finished item's completion, or
+    why it did not finish."""
+
+    custom_id: str | None
+    index: int
+    status: str
+    response: BatchResponse | None = None
+    error: BatchItemError | None = None
