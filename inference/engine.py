@@ -8,12 +8,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from inference.output import TextStream
-from inference.scheduler import Scheduler, SchedulerOutput
+from inference.scheduler import DropSaved, SaveKv, Scheduler, SchedulerOutput
+from inference.speed import SpeedGovernor
+from inference.stats import EngineStats
 from inference.types import (
     ChatMessage,
     Delta,
@@ -42,6 +44,10 @@ class Runner(Protocol):
     n_ctx: int
     max_seq_tokens: int
     last_decode_seconds: float
+    kv_bytes_per_token: int  # host memory one token's KV takes when saved
+
+    @property
+    def saved_bytes(self) -> int: ...  # host memory held by saved sequences now
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> list[PromptPart]: ...
     def tokenize_parts(
@@ -52,25 +58,6 @@ class Runner(Protocol):
     def execute(self, out: SchedulerOutput) -> dict[str, int]: ...
     def release(self, request: Request) -> None: ...
     def close(self) -> None: ...
-
-
-@dataclass
-class EngineStats:
-    steps: int = 0
-    decode_tokens: int = 0
-    prefill_tokens: int = 0
-    cached_tokens: int = 0
-    generated_tokens: int = 0
-    step_seconds: float = 0.0
-    decode_seconds: float = 0.0
-    finished: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def overhead_share(self) -> float:
-        """Share of step time spent outside llama_decode (scheduling, sampling, detokenising)."""
-        if self.step_seconds <= 0:
-            return 0.0
-        return max(0.0, 1.0 - self.decode_seconds / self.step_seconds)
 
 
 @dataclass(frozen=True)
@@ -89,10 +76,17 @@ class Engine:
         *,
         max_batch_tokens: int = 256,
         max_queue: int = 64,
-        policy: str = "priority",
+        policy: str = "fair",
         max_running: int | None = None,
+        aging: float = 30.0,
+        max_wait: float | None = None,
+        min_stream_speed: float = 0.0,
+        initial_running: int = 16,
+        host_cache_bytes: int = 0,
     ) -> None:
         self.runner = runner
+        self.max_wait = max_wait
+        host_tokens = host_cache_bytes // max(1, runner.kv_bytes_per_token)
         # Keep one batch of cells spare: llama.cpp places a whole micro-batch at once.
         self.scheduler = Scheduler(
             n_seq_max=runner.n_seq_max,
@@ -101,11 +95,19 @@ class Engine:
             max_queue=max_queue,
             policy=policy,
             max_running=max_running,
+            aging=aging,
+            host_cache_tokens=host_tokens,
         )
+        ceiling = self.scheduler.max_running
+        self.governor = SpeedGovernor(
+            floor=min_stream_speed, maximum=ceiling, initial=min(initial_running, ceiling)
+        )
+        self.scheduler.max_running = self.governor.limit()
         self.stats = EngineStats()
         self._streams: dict[str, TextStream] = {}
         self._told_position: dict[str, int] = {}
         self._kept: dict[int, KeptText] = {}  # seq id -> what its KV holds, as text
+        self._kept_saved: dict[int, KeptText] = {}  # host entry -> what it holds, as text
 
     # --- requests in and out -----------------------------------------------------------------
 
@@ -118,13 +120,25 @@ class Engine:
         priority: int = 0,
         background: bool = False,
         tenant: str = "",
+        follow_up: bool | None = None,
+        waited: float = 0.0,
     ) -> list[Event]:
+        """Queue a request. `follow_up` (default: the history holds an assistant message) puts
+        it before its tenant's new conversations; `waited` is the time it already spent in a
+        queue before this engine saw it, counted towards its wait bound and time to first
+        token."""
         try:
             request = self._make_request(request_id, messages, params, priority, background)
             request.tenant = tenant
         except EngineError as exc:
+            self.stats.count_error(exc.code.value)
             return [failed(request_id, exc)]
+        if follow_up is None:
+            follow_up = any(m.role == "assistant" for m in messages)
+        request.follow_up = follow_up
+        request.waited = max(0.0, waited)
         if not self.scheduler.add(request):
+            self.stats.count_error(ErrorCode.BUSY.value)
             return [
                 Failed(
                     request_id,
@@ -133,6 +147,7 @@ class Engine:
                     retry_after=self.retry_after(),
                 )
             ]
+        self.stats.tenants[tenant] = self.stats.tenants.get(tenant, 0) + 1
         self._streams[request_id] = TextStream(params.stop)
         return []  # its queue position, if it has to wait, is told after the next step
 
@@ -181,18 +196,37 @@ class Engine:
         text afresh can give other tokens than the ones generated (" Cor" "io" "b" vs " Cor"
         "i" "ob"), which would stop KV reuse at the reply's first token."""
         best: KeptText | None = None
-        for seq_id, kept in self._kept.items():
+        for kept in self._kept_texts():
             if (
                 (best is None or len(kept.text) > len(best.text))
                 and text.startswith(kept.text)
                 and trust_map(parts, len(kept.text)) == kept.trust
-                and self.scheduler.slots[seq_id].tokens[: len(kept.tokens)] == kept.tokens
             ):
                 best = kept
         if best is None:
             return self.runner.tokenize_parts(parts)
         rest = parts_from(parts, len(best.text))
         return best.tokens + self.runner.tokenize_parts(rest, continuation=True)
+
+    def _kept_texts(self) -> Iterator[KeptText]:
+        """What sequences and host-memory entries still hold, as text."""
+        for seq_id, kept in self._kept.items():
+            if self.scheduler.slots[seq_id].tokens[: len(kept.tokens)] == kept.tokens:
+                yield kept
+        host = self.scheduler.host
+        for entry_id, kept in self._kept_saved.items():
+            if host is not None and entry_id in host.entries:
+                yield kept
+
+    def _track_saved(self, out: SchedulerOutput) -> None:
+        """Host entries keep the text of the sequence they were saved from."""
+        for op in out.kv_ops:
+            if isinstance(op, SaveKv):
+                kept = self._kept.get(op.seq_id)
+                if kept is not None and len(kept.tokens) <= op.n_tokens:
+                    self._kept_saved[op.entry] = kept
+            elif isinstance(op, DropSaved):
+                self._kept_saved.pop(op.entry, None)
 
     def _keep_text(self, request: Request) -> None:
         """Remember the text of what a finished request leaves in its sequence."""
@@ -227,7 +261,28 @@ class Engine:
         for request in [*self.scheduler.running, *self.scheduler.waiting]:
             self.scheduler.finish(request, FinishReason.ERROR)
             self._forget(request)
+            self.stats.count_error(code.value)
             events.append(Failed(request.request_id, code.value, message))
+        return events
+
+    def expire_waiting(self, now: float | None = None) -> list[Event]:
+        """Answer "busy" to requests that waited longer than the wait bound."""
+        if self.max_wait is None or not self.scheduler.waiting:
+            return []
+        now = time.monotonic() if now is None else now
+        events: list[Event] = []
+        for request in self.scheduler.expire(now - self.max_wait):
+            self._forget(request)
+            self.stats.count_error(ErrorCode.BUSY.value)
+            events.append(
+                Failed(
+                    request.request_id,
+                    ErrorCode.BUSY.value,
+                    f"The assistant is busy: this request waited {self.max_wait:g} s without "
+                    "starting; try again shortly.",
+                    retry_after=self.retry_after(),
+                )
+            )
         return events
 
     @property
@@ -242,6 +297,26 @@ class Engine:
     def num_waiting(self) -> int:
         return len(self.scheduler.waiting)
 
+    def status(self) -> dict[str, object]:
+        """Live numbers for the heartbeat, `/metrics` and the admin status page."""
+        host = self.scheduler.host
+        speed = self.governor.stream_speed(max(1, self.num_running))
+        return {
+            "running": self.num_running,
+            "waiting": self.num_waiting,
+            "sequences": self.scheduler.n_seq_max,
+            "sequences_in_use": sum(
+                1 for s in self.scheduler.slots if s.request is not None or s.tokens
+            ),
+            "running_limit": self.scheduler.max_running,
+            "predicted_stream_speed": round(speed, 2) if speed is not None else None,
+            "host_cache_entries": len(host) if host is not None else 0,
+            "host_cache_tokens": host.used_tokens if host is not None else 0,
+            "host_cache_capacity_tokens": host.capacity_tokens if host is not None else 0,
+            "host_cache_bytes": self.runner.saved_bytes,
+            **self.stats.snapshot(),
+        }
+
     def retry_after(self) -> float:
         """A rough wait before a refused request is worth retrying, in seconds."""
         return 2.0 + 0.5 * self.num_waiting
@@ -250,37 +325,67 @@ class Engine:
 
     def step(self) -> list[Event]:
         started = time.perf_counter()
+        events = self.expire_waiting()
+        self.scheduler.max_running = self.governor.limit()
         out = self.scheduler.schedule()
+        self._track_saved(out)
+        for request in out.admitted:
+            self._count_admission(request)
         if out.is_empty:
             if out.kv_ops:
-                self.runner.execute(out)
-            return self._queue_events()
+                try:
+                    self.runner.execute(out)
+                except Exception as exc:  # a failed save or restore: nobody is in the batch
+                    logger.exception("engine KV operations failed")
+                    return events + self._fail_batch(out, str(exc))
+            return events + self._queue_events()
         try:
             sampled = self.runner.execute(out)
         except Exception as exc:
             logger.exception("engine step failed")
-            return self._fail_batch(out, str(exc))
+            return events + self._fail_batch(out, str(exc))
         decode_seconds = self.runner.last_decode_seconds
 
         advanced = self.scheduler.update(out, sampled)
-        events: list[Event] = []
         now = time.monotonic()
         for request in advanced:
             events.extend(self._process_token(request, now))
         events.extend(self._queue_events())
 
+        prefill_tokens = sum(len(c.tokens) for c in out.prefills)
+        self.governor.observe(
+            decode_tokens=len(out.decodes), prefill_tokens=prefill_tokens, seconds=decode_seconds
+        )
         self.stats.steps += 1
         self.stats.decode_tokens += len(out.decodes)
-        self.stats.prefill_tokens += sum(len(c.tokens) for c in out.prefills)
+        self.stats.prefill_tokens += prefill_tokens
         self.stats.generated_tokens += len(advanced)
         self.stats.decode_seconds += decode_seconds
         self.stats.step_seconds += time.perf_counter() - started
+        self.stats.batch_tokens.observe(out.num_tokens)
         return events
+
+    def _count_admission(self, request: Request) -> None:
+        stats = self.stats
+        if request.admitted_at is not None:
+            stats.queue_wait.observe(max(0.0, request.admitted_at - request.since))
+        stats.cached_tokens += request.num_cached
+        stats.restored_tokens += request.num_restored
+        stats.reused_tokens += request.num_cached - request.num_restored
+        if request.follow_up:
+            stats.follow_ups += 1
+            # Warm: at most the new message (and the template around it) is computed.
+            if 2 * request.num_cached >= len(request.prompt_tokens):
+                stats.follow_ups_warm += 1
 
     def _process_token(self, request: Request, now: float) -> list[Event]:
         stream = self._streams[request.request_id]
         if request.first_token_at is None:
             request.first_token_at = now
+            self.stats.ttft.observe(now - request.since)
+        elif request.last_token_at is not None:
+            self.stats.inter_token.observe(now - request.last_token_at)
+        request.last_token_at = now
         token = request.output_tokens[-1]
         reason: FinishReason | None = None
         if self.runner.is_eog(token):
@@ -310,6 +415,7 @@ class Engine:
             seen.add(request.request_id)
             self.scheduler.finish(request, FinishReason.ERROR)
             self._forget(request)
+            self.stats.count_error(ErrorCode.INTERNAL.value)
             events.append(
                 Failed(
                     request.request_id, ErrorCode.INTERNAL.value, f"generation failed: {message}"
@@ -329,7 +435,6 @@ class Engine:
             completion -= 1
         reason = request.finish_reason or FinishReason.ERROR
         self.stats.finished[reason.value] = self.stats.finished.get(reason.value, 0) + 1
-        self.stats.cached_tokens += request.num_cached
         end = request.finished_at or time.monotonic()
         ttft = request.first_token_at
         return Done(
@@ -338,8 +443,8 @@ class Engine:
             prompt_tokens=len(request.prompt_tokens),
             completion_tokens=completion,
             cached_tokens=request.num_cached,
-            ttft_ms=round((ttft - request.arrival) * 1000) if ttft is not None else None,
-            total_ms=round((end - request.arrival) * 1000),
+            ttft_ms=round((ttft - request.since) * 1000) if ttft is not None else None,
+            total_ms=round((end - request.since) * 1000),
         )
 
     def _forget(self, request: Request) -> None:

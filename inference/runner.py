@@ -18,7 +18,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from inference.scheduler import SchedulerOutput
+from inference.scheduler import DropSaved, KvOp, RestoreKv, SaveKv, SchedulerOutput
 from inference.types import ChatMessage, PromptPart, Request, prompt_text
 
 logger = logging.getLogger("inference.llama")
@@ -237,6 +237,14 @@ class LlamaRunner:
         self._capacity = max_batch_tokens
         self._init_batch(max_batch_tokens)
 
+        # KV of one token: keys and values (f16) of every layer, plus the state's cell header.
+        n_head = max(1, int(llama_cpp.llama_model_n_head(self.model)))
+        head_dim = int(llama_cpp.llama_model_n_embd(self.model)) // n_head
+        kv_width = head_dim * int(llama_cpp.llama_model_n_head_kv(self.model))
+        self.kv_bytes_per_token = int(llama_cpp.llama_model_n_layer(self.model)) * 2 * kv_width * 2
+        self.kv_bytes_per_token += 12
+        self._saved: dict[int, np.ndarray[Any, np.dtype[np.uint8]]] = {}
+
         self._samplers: dict[str, Any] = {}
         self.last_decode_seconds = 0.0
 
@@ -282,10 +290,15 @@ class LlamaRunner:
 
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
         """Apply KV moves, decode one batch, sample a next token for each request that needs one."""
-        for op in out.kv_ops:
-            llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.keep, -1)
-            if op.copy_from is not None and op.copy_len > 0:
-                llama_cpp.llama_memory_seq_cp(self.memory, op.copy_from, op.seq_id, 0, op.copy_len)
+        for action in out.kv_ops:
+            if isinstance(action, SaveKv):
+                self._save(action)
+            elif isinstance(action, RestoreKv):
+                self._restore(action)
+            elif isinstance(action, DropSaved):
+                self._saved.pop(action.entry, None)
+            else:
+                self._kv_op(action)
         if out.is_empty:
             return {}
 
@@ -320,6 +333,43 @@ class LlamaRunner:
         if status != 0:
             raise RunnerError(f"llama_decode failed with status {status}")
         return {req.request_id: self._sample(req, idx) for req, idx in samples}
+
+    def _kv_op(self, op: KvOp) -> None:
+        llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.keep, -1)
+        if op.copy_from is not None and op.copy_len > 0:
+            llama_cpp.llama_memory_seq_cp(self.memory, op.copy_from, op.seq_id, 0, op.copy_len)
+
+    # --- host memory: whole sequences saved and restored as llama.cpp state blobs -------------
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(int(blob.nbytes) for blob in self._saved.values())
+
+    def _save(self, op: SaveKv) -> None:
+        size = int(llama_cpp.llama_state_seq_get_size(self.ctx, op.seq_id))
+        blob = np.empty(size, dtype=np.uint8)
+        ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+        written = int(llama_cpp.llama_state_seq_get_data(self.ctx, ptr, size, op.seq_id))
+        if written <= 0:
+            logger.warning("saving sequence %d to host memory failed", op.seq_id)
+            return  # a restore of this entry fails clearly instead of reading garbage
+        self._saved[op.entry] = blob[:written]
+
+    def _restore(self, op: RestoreKv) -> None:
+        blob = self._saved.get(op.entry)
+        if blob is None:
+            raise RunnerError(f"host entry {op.entry} was not saved")
+        ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+        read = int(llama_cpp.llama_state_seq_set_data(self.ctx, ptr, blob.nbytes, op.seq_id))
+        if read != blob.nbytes:
+            llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, 0, -1)
+            raise RunnerError(f"restoring host entry {op.entry} into sequence {op.seq_id} failed")
+        pos_max = int(llama_cpp.llama_memory_seq_pos_max(self.memory, op.seq_id))
+        if pos_max + 1 != op.n_tokens:
+            llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, 0, -1)
+            raise RunnerError(
+                f"host entry {op.entry} holds {pos_max + 1} positions, not {op.n_tokens}"
+            )
 
     def _sample(self, req: Request, idx: int) -> int:
         if req.params.greedy:
@@ -359,6 +409,7 @@ class LlamaRunner:
             llama_cpp.llama_sampler_free(sampler)
 
     def close(self) -> None:
+        self._saved.clear()
         for sampler in self._samplers.values():
             llama_cpp.llama_sampler_free(sampler)
         self._samplers.clear()

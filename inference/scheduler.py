@@ -8,6 +8,12 @@ Sequences keep their KV after a request finishes (llama.cpp's "slot prompt cache
 request whose prompt shares a prefix with what a sequence holds, or with what any other sequence
 holds (copied with `llama_memory_seq_cp`, which shares the cells), prefills only the rest. That is
 how a follow-up turn of a conversation, or a tenant's long system prompt, is not recomputed.
+Reuse and copies stay within a tenant. When a kept sequence is taken over or evicted, its KV is
+first saved to host memory (`inference.hostcache`, within a budget) and a returning
+conversation restores it instead of recomputing.
+
+Which waiting request goes next is `inference.fairshare`'s weighted fair share between tenants;
+how many run together is `max_running`, which the engine sets from the speed floor.
 
 KV memory is never oversubscribed: a running request reserves room for its prompt plus the most
 tokens it may generate, and kept caches of idle sequences are evicted, least recently used first,
@@ -16,32 +22,53 @@ to make room. So `llama_decode` never runs out of cells and nothing needs preemp
 
 from __future__ import annotations
 
-import bisect
-import itertools
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from inference import fairshare
+from inference.hostcache import HostCache, common_prefix_len
 from inference.types import FinishReason, Request, RequestStatus
+
+POLICIES = ("fair", "priority", "fcfs")
+MIN_RESTORE_GAIN = 16  # restore from host memory only when it saves more than this many tokens
+
+__all__ = ["common_prefix_len"]
+
+
+def entry_of(request: Request) -> fairshare.Entry:
+    return fairshare.Entry(
+        key=request.request_id,
+        tenant=request.tenant,
+        weight=fairshare.tenant_weight(request.priority),
+        follow_up=request.follow_up,
+        background=request.background,
+        arrival=request.arrival,
+    )
 
 
 class WaitingQueue:
-    """Requests not yet running, ordered by a policy: `priority` (higher first, then FCFS) or
-    `fcfs`, background work last. Bounded: `add` refuses when full so the caller can answer
-    "busy" at once."""
+    """Requests not yet running, in the order a policy admits them: `fair` (weighted fair share
+    between tenants, see `inference.fairshare`), `priority` (higher first, then arrival) or
+    `fcfs`; background work last in each. Bounded: `add` refuses when full so the caller can
+    answer "busy" at once. Times are `time.monotonic()` seconds unless the caller passes `now`."""
 
-    def __init__(self, max_size: int, policy: str = "priority") -> None:
-        if policy not in {"priority", "fcfs"}:
+    def __init__(self, max_size: int, policy: str = "fair", *, aging: float = 30.0) -> None:
+        if policy not in POLICIES:
             raise ValueError(f"unknown queue policy {policy!r}")
         self.max_size = max_size
         self.policy = policy
-        self._items: list[tuple[tuple[bool, int, int], Request]] = []
-        self._counter = itertools.count()
+        self.aging = aging
+        self.clock = fairshare.FairClock()
+        self._items: list[Request] = []  # arrival order
+        self._cached: tuple[tuple[int, int], list[Request]] | None = None
+        self._version = 0
 
     def __len__(self) -> int:
         return len(self._items)
 
     def __iter__(self) -> Iterator[Request]:
-        return (req for _, req in self._items)
+        return iter(self.ordered())
 
     @property
     def full(self) -> bool:
@@ -50,24 +77,58 @@ class WaitingQueue:
     def add(self, request: Request) -> bool:
         if self.full:
             return False
-        rank = -request.priority if self.policy == "priority" else 0
-        # Background work (titles) comes after every reply, whatever its priority.
-        key = (request.background, rank, next(self._counter))
-        bisect.insort(self._items, (key, request), key=lambda item: item[0])
+        self._items.append(request)
+        self._version += 1
         return True
 
-    def peek(self) -> Request | None:
-        return self._items[0][1] if self._items else None
+    def ordered(self, now: float | None = None) -> list[Request]:
+        """Every waiting request in admission order (recomputed at most once a second while
+        nothing changes: aging can reorder with time alone)."""
+        now = time.monotonic() if now is None else now
+        stamp = (self._version, int(now))
+        if self._cached is not None and self._cached[0] == stamp:
+            return self._cached[1]
+        if self.policy == "fair":
+            by_id = {r.request_id: r for r in self._items}
+            entries = fairshare.order(map(entry_of, self._items), self.clock, now, self.aging)
+            result = [by_id[e.key] for e in entries]
+        else:
+            result = sorted(
+                self._items,
+                key=lambda r: (r.background, -r.priority if self.policy == "priority" else 0),
+            )
+        self._cached = (stamp, result)
+        return result
 
-    def pop(self) -> Request:
-        return self._items.pop(0)[1]
+    def peek(self, now: float | None = None) -> Request | None:
+        if not self._items:
+            return None
+        if self.policy != "fair":
+            return self.ordered(now)[0]
+        now = time.monotonic() if now is None else now
+        entry = fairshare.choose([entry_of(r) for r in self._items], self.clock, now, self.aging)
+        assert entry is not None
+        return next(r for r in self._items if r.request_id == entry.key)
+
+    def pop(self, now: float | None = None) -> Request:
+        request = self.peek(now)
+        if request is None:
+            raise IndexError("pop from an empty queue")
+        self._items.remove(request)
+        self._version += 1
+        fairshare.admitted(entry_of(request), self.clock)
+        return request
 
     def remove(self, request_id: str) -> Request | None:
-        for i, (_, req) in enumerate(self._items):
+        for i, req in enumerate(self._items):
             if req.request_id == request_id:
                 del self._items[i]
+                self._version += 1
                 return req
         return None
+
+    def older_than(self, cutoff: float) -> list[Request]:
+        return [r for r in self._items if r.since < cutoff]
 
 
 @dataclass
@@ -78,6 +139,7 @@ class Slot:
     tokens: list[int] = field(default_factory=list)
     request: Request | None = None
     last_used: int = 0
+    tenant: str = ""  # whose KV the sequence holds: reused only for the same tenant
 
 
 @dataclass(frozen=True)
@@ -89,6 +151,35 @@ class KvOp:
     keep: int
     copy_from: int | None = None
     copy_len: int = 0
+
+
+@dataclass(frozen=True)
+class SaveKv:
+    """Before the batch: copy `seq_id`'s KV (its first `n_tokens` positions, all it holds) into
+    host memory as entry `entry`."""
+
+    seq_id: int
+    entry: int
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class RestoreKv:
+    """Before the batch: replace `seq_id`'s KV by host entry `entry` (`n_tokens` positions)."""
+
+    seq_id: int
+    entry: int
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class DropSaved:
+    """Free host entry `entry`."""
+
+    entry: int
+
+
+KvAction = KvOp | SaveKv | RestoreKv | DropSaved
 
 
 @dataclass(frozen=True)
@@ -113,9 +204,10 @@ class PrefillChunk:
 
 @dataclass
 class SchedulerOutput:
-    kv_ops: list[KvOp] = field(default_factory=list)
+    kv_ops: list[KvAction] = field(default_factory=list)
     decodes: list[DecodeItem] = field(default_factory=list)
     prefills: list[PrefillChunk] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)  # started this step
 
     @property
     def num_tokens(self) -> int:
@@ -132,14 +224,6 @@ class SchedulerOutput:
         ]
 
 
-def common_prefix_len(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 class Scheduler:
     def __init__(
         self,
@@ -148,20 +232,28 @@ class Scheduler:
         kv_capacity: int,
         max_batch_tokens: int,
         max_queue: int,
-        policy: str = "priority",
+        policy: str = "fair",
         max_running: int | None = None,
+        aging: float = 30.0,
+        host_cache_tokens: int = 0,
     ) -> None:
         if max_batch_tokens < n_seq_max:
             raise ValueError("max_batch_tokens must hold one decode token per sequence")
         self.slots = [Slot(seq_id=i) for i in range(n_seq_max)]
         self.kv_capacity = kv_capacity
         self.max_batch_tokens = max_batch_tokens
+        # How many requests run together: the engine lowers or raises it (the speed floor).
         self.max_running = min(max_running or n_seq_max, n_seq_max)
-        self.waiting = WaitingQueue(max_queue, policy)
+        self.waiting = WaitingQueue(max_queue, policy, aging=aging)
+        self.host = HostCache(host_cache_tokens) if host_cache_tokens > 0 else None
         self.running: list[Request] = []
         self._requests: dict[str, Request] = {}
-        self._pending_ops: list[KvOp] = []
+        self._pending_ops: list[KvAction] = []
         self._step = 0
+
+    @property
+    def n_seq_max(self) -> int:
+        return len(self.slots)
 
     # --- admission and removal ---------------------------------------------------------------
 
@@ -198,6 +290,14 @@ class Scheduler:
         request.finish(reason)
         del self._requests[request.request_id]
 
+    def expire(self, cutoff: float) -> list[Request]:
+        """End the waiting requests that arrived before `cutoff` (the wait bound): the caller
+        tells their clients "busy" rather than leave them waiting."""
+        expired = self.waiting.older_than(cutoff)
+        for request in expired:
+            self.finish(request, FinishReason.ERROR)
+        return expired
+
     def queue_position(self, request_id: str) -> int | None:
         for i, req in enumerate(self.waiting, start=1):
             if req.request_id == request_id:
@@ -210,11 +310,12 @@ class Scheduler:
 
     @property
     def free_slots(self) -> int:
-        return self.max_running - len(self.running)
+        return max(0, self.max_running - len(self.running))
 
     # --- one step ----------------------------------------------------------------------------
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, now: float | None = None) -> SchedulerOutput:
+        now = time.monotonic() if now is None else now
         self._step += 1
         out = SchedulerOutput(kv_ops=self._pending_ops)
         self._pending_ops = []
@@ -229,13 +330,15 @@ class Scheduler:
                 budget -= 1
 
         while budget > 0 and len(self.running) < self.max_running and self.waiting:
-            head = self.waiting.peek()
+            head = self.waiting.peek(now)
             assert head is not None
             if head.background and not self._room_for_background():
                 break  # background work waits for a quiet moment; it never slows a reply
             if not self._admit(head, out):
                 break  # not enough KV room yet: the head waits, so nobody jumps it
-            self.waiting.pop()
+            self.waiting.pop(now)
+            head.admitted_at = now
+            out.admitted.append(head)
 
         # Replies' prompts before background work's, each in order of admission.
         for req in sorted(self.running, key=lambda r: r.background):
@@ -286,8 +389,15 @@ class Scheduler:
         # At least the last prompt token must be decoded, to get logits to sample from.
         usable = len(req.prompt_tokens) - 1
 
+        def shared(held: list[int], tenant: str) -> int:
+            # KV is reused only within a tenant: a hit on another tenant's prefix would show
+            # in the time to first token and reveal that tenant's opening text.
+            if tenant != req.tenant:
+                return 0
+            return min(common_prefix_len(held, req.prompt_tokens), usable)
+
         def reuse(slot: Slot) -> int:
-            n = min(common_prefix_len(slot.tokens, req.prompt_tokens), usable)
+            n = shared(slot.tokens, slot.tenant)
             # Taking over a kept conversation for a short shared prefix would throw the rest
             # away: below half of what it holds, the prefix is copied and the cache is kept.
             return n if 2 * n >= len(slot.tokens) else 0
@@ -301,11 +411,20 @@ class Scheduler:
             if slot is target:
                 continue
             held = slot.request.kv_tokens() if slot.request is not None else slot.tokens
-            n = min(common_prefix_len(held, req.prompt_tokens), usable)
+            n = shared(held, slot.tenant)
             if n > max(keep, copy_len):
                 source, copy_len = slot, n
+        saved, restore_len = None, 0
+        if self.host is not None:
+            saved, n = self.host.match(req.tenant, req.prompt_tokens, usable)
+            if saved is not None and n > max(keep, copy_len) + MIN_RESTORE_GAIN:
+                restore_len = n
+                source, copy_len, keep = None, 0, 0
+            else:
+                saved = None
 
-        need = self._reserve(req) - len(target.tokens)
+        peak = max(self._reserve(req), len(saved.tokens) if saved is not None else 0)
+        need = peak - len(target.tokens)
         evictable = sorted(
             (s for s in free if s is not target and s is not source and s.tokens),
             key=lambda s: s.last_used,
@@ -319,19 +438,42 @@ class Scheduler:
         if in_use + need > self.kv_capacity:
             return False
 
-        if source is not None:
+        # What is about to be lost goes to host memory first: the evicted caches, and the
+        # target's own history beyond the prefix this request keeps.
+        losing = list(evictions)
+        target_keeps = keep if saved is None and source is None else 0
+        if target.tokens and target_keeps < len(target.tokens):
+            losing.append(target)
+        for slot in losing:
+            self._save(slot, out, pinned=saved.entry_id if saved is not None else None)
+        for victim in evictions:
+            victim.tokens = []
+            out.kv_ops.append(KvOp(victim.seq_id, 0))
+
+        if saved is not None:
+            out.kv_ops.append(RestoreKv(target.seq_id, saved.entry_id, len(saved.tokens)))
+            out.kv_ops.append(KvOp(target.seq_id, restore_len))
+            saved.last_used = self._step
+            req.num_computed = req.num_cached = req.num_restored = restore_len
+        elif source is not None:
             out.kv_ops.append(KvOp(target.seq_id, 0, source.seq_id, copy_len))
             req.num_computed = req.num_cached = copy_len
         else:
             out.kv_ops.append(KvOp(target.seq_id, keep))
             req.num_computed = req.num_cached = keep
-        for victim in evictions:
-            victim.tokens = []
-            out.kv_ops.append(KvOp(victim.seq_id, 0))
         target.tokens = req.prompt_tokens[: req.num_computed]
         target.request = req
+        target.tenant = req.tenant
         target.last_used = self._step
         req.seq_id = target.seq_id
         req.status = RequestStatus.RUNNING
         self.running.append(req)
         return True
+
+    def _save(self, slot: Slot, out: SchedulerOutput, *, pinned: int | None) -> None:
+        if self.host is None or not self.host.worth_saving(slot.tenant, slot.tokens):
+            return
+        entry_id, dropped = self.host.save(slot.tenant, slot.tokens, self._step, pinned=pinned)
+        out.kv_ops.extend(DropSaved(d) for d in dropped)
+        if entry_id is not None:
+            out.kv_ops.append(SaveKv(slot.seq_id, entry_id, len(slot.tokens)))

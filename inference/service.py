@@ -55,7 +55,14 @@ def build_engine() -> Engine:
         max_seq_tokens=settings.QASSIST_MAX_SEQ_TOKENS,
     )
     return Engine(
-        runner, max_batch_tokens=settings.QASSIST_BATCH_TOKENS, max_queue=settings.QASSIST_MAX_QUEUE
+        runner,
+        max_batch_tokens=settings.QASSIST_BATCH_TOKENS,
+        max_queue=settings.QASSIST_MAX_QUEUE,
+        policy=settings.QASSIST_QUEUE_POLICY,
+        aging=settings.QASSIST_QUEUE_AGING_SECONDS,
+        max_wait=settings.QASSIST_MAX_WAIT_SECONDS,
+        min_stream_speed=settings.QASSIST_MIN_STREAM_SPEED,
+        host_cache_bytes=settings.QASSIST_HOST_CACHE_MB * 1024 * 1024,
     )
 
 

@@ -182,15 +182,25 @@ class Request:
     prompt_parts: list[PromptPart] = field(default_factory=list)  # the same, with trust marked
     background: bool = False  # admitted only while half the sequences are free
     tenant: str = ""  # whose request: fair shares, and KV prefixes are reused only within it
-    arrival: float = field(default_factory=time.monotonic)
+    follow_up: bool = False  # a later turn of a conversation: goes before its tenant's new ones
+    arrival: float = field(default_factory=time.monotonic)  # when this engine got it
+    waited: float = 0.0  # seconds it spent in a queue before (the shared Redis queue)
     status: RequestStatus = RequestStatus.WAITING
     seq_id: int | None = None
     num_computed: int = 0  # prompt tokens whose KV is in the sequence
     num_cached: int = 0  # of those, how many were reused instead of computed
+    num_restored: int = 0  # of the reused, how many came back from the host-memory cache
+    admitted_at: float | None = None
     output_tokens: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     first_token_at: float | None = None
+    last_token_at: float | None = None
     finished_at: float | None = None
+
+    @property
+    def since(self) -> float:
+        """When the client asked, on the engine's clock: the wait bound and TTFT count from it."""
+        return self.arrival - self.waited
 
     @property
     def prefill_done(self) -> bool:

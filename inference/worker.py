@@ -20,6 +20,7 @@ from inference.types import ChatMessage, ErrorCode, Event, SamplingParams
 logger = logging.getLogger(__name__)
 
 MAX_RECONNECT_WAIT = 2.0  # seconds between attempts while the transport is unreachable
+MAX_CREDITED_WAIT = 600.0  # seconds
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,9 @@ class EngineWorker:
             return
         timeout = 0.0 if self.engine.has_work else self.idle_wait
         for sub in self.transport.fetch(limit, timeout):
+            # Time spent in the shared queue counts towards the wait bound and TTFT. Clocks of
+            # two machines may differ: never more than a queue could plausibly have held it.
+            waited = min(max(0.0, time.time() - sub.submitted_at), MAX_CREDITED_WAIT)
             events = self.engine.add_request(
                 sub.request_id,
                 sub.messages,
@@ -129,6 +133,7 @@ class EngineWorker:
                 priority=sub.priority,
                 background=sub.background,
                 tenant=sub.tenant,
+                waited=waited,
             )
             self.transport.publish(events)
 
@@ -139,21 +144,14 @@ class EngineWorker:
             self.transport.heartbeat(self.status())
 
     def status(self) -> dict[str, Any]:
-        stats = self.engine.stats
+        """The engine's live numbers and counters (see `Engine.status`), sent with every
+        heartbeat: `/metrics` and the admin status page read them from there."""
         return {
-            "running": self.engine.num_running,
-            "waiting": self.engine.num_waiting,
+            **self.engine.status(),
             "slots": self.engine.runner.n_seq_max,
             "draining": self.draining,
-            "steps": stats.steps,
-            "generated_tokens": stats.generated_tokens,
-            "prefill_tokens": stats.prefill_tokens,
-            "cached_tokens": stats.cached_tokens,
-            "overhead_share": round(stats.overhead_share, 4),
-            "step_seconds": round(stats.step_seconds, 4),
-            "decode_seconds": round(stats.decode_seconds, 4),
-            "finished": dict(stats.finished),
             "started_at": self.started_at,
+            "time": time.time(),
         }
 
     def heartbeat_forever(self, stall_seconds: float = 60.0) -> None:

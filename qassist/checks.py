@@ -6,11 +6,13 @@ qassist.E003 QASSIST_ENGINE or REDIS_URL is unusable
 qassist.E004 QASSIST_MODEL names no known model and no .gguf file
 qassist.E005 DATABASE_URL cannot be parsed
 qassist.E006 a login lockout setting is malformed
+qassist.E007 a scheduling setting (queue policy, aging, wait bound, speed floor, host cache) is bad
 qassist.W001 the configured model is not on disk yet
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -154,6 +156,77 @@ def _temperature_errors() -> list[CheckMessage]:
             id="qassist.E002",
         )
     ]
+
+
+QUEUE_POLICIES = ("fair", "priority", "fcfs")
+SCHEDULING_NUMBERS = ("QASSIST_QUEUE_AGING_SECONDS", "QASSIST_MAX_WAIT_SECONDS")
+
+
+@register("qassist")
+def check_scheduling(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+
+    def number(name: str, *, positive: bool, hint: str) -> None:
+        value = getattr(settings, name, None)
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and (value > 0 if positive else value >= 0)
+        ):
+            return
+        rule = "a number above 0" if positive else "a number of 0 or more"
+        errors.append(
+            Error(f"{name}={_shown(name, value)} is not {rule}.", hint=hint, id="qassist.E007")
+        )
+
+    policy = getattr(settings, "QASSIST_QUEUE_POLICY", "fair")
+    if policy not in QUEUE_POLICIES:
+        errors.append(
+            Error(
+                f"QASSIST_QUEUE_POLICY={policy!r} is not one of {', '.join(QUEUE_POLICIES)}.",
+                hint="fair: weighted fair share between tenants (the default).",
+                id="qassist.E007",
+            )
+        )
+    values = [getattr(settings, name, None) for name in SCHEDULING_NUMBERS]
+    number(
+        "QASSIST_QUEUE_AGING_SECONDS",
+        positive=True,
+        hint="Seconds after which a waiting request goes first whatever the shares; 30 is the "
+        "default.",
+    )
+    number(
+        "QASSIST_MAX_WAIT_SECONDS",
+        positive=True,
+        hint="Seconds a request may wait before it is answered busy; 90 is the default.",
+    )
+    number(
+        "QASSIST_MIN_STREAM_SPEED",
+        positive=False,
+        hint="Tokens/s each running stream keeps at least; 0 turns the speed floor off.",
+    )
+    number(
+        "QASSIST_HOST_CACHE_MB",
+        positive=False,
+        hint="Megabytes of host memory for idle conversations' KV; 0 turns the cache off.",
+    )
+    aging, wait = values[0], values[1]
+    if (
+        not errors
+        and isinstance(aging, int | float)
+        and isinstance(wait, int | float)
+        and aging >= wait
+    ):
+        errors.append(
+            Error(
+                f"QASSIST_QUEUE_AGING_SECONDS={aging:g} and QASSIST_MAX_WAIT_SECONDS={wait:g}: "
+                "a request would be refused before aging could move it up, so aging must be "
+                "shorter than the wait bound.",
+                id="qassist.E007",
+            )
+        )
+    return errors
 
 
 @register("qassist")

@@ -182,9 +182,18 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 # --- The model and the inference engine ------------------------------------------------------
 QASSIST_MODEL = env_str("QASSIST_MODEL", "smollm2-135m")  # a registry name or a .gguf path
 QASSIST_MODELS_DIR = Path(env_str("QASSIST_MODELS_DIR", str(BASE_DIR / "models")))
-QASSIST_CONTEXT_SIZE = env_int("QASSIST_CONTEXT_SIZE", 16384)  # KV cells shared by all sequences
+QASSIST_CONTEXT_SIZE = env_int("QASSIST_CONTEXT_SIZE", 32768)  # KV cells shared by all sequences
 QASSIST_MAX_SEQ_TOKENS = env_int("QASSIST_MAX_SEQ_TOKENS", 4096)  # one conversation's limit
-QASSIST_PARALLEL = env_int("QASSIST_PARALLEL", 16)  # sequences decoded together
+# The most sequences decoded together; how many actually are is the speed floor's choice.
+QASSIST_PARALLEL = env_int("QASSIST_PARALLEL", 48)
+# Tokens/s every running stream keeps at least (reading speed); 0 runs QASSIST_PARALLEL always.
+QASSIST_MIN_STREAM_SPEED = env_float("QASSIST_MIN_STREAM_SPEED", 5.0)
+# Waiting requests: "fair" (weighted fair share between tenants), "priority" or "fcfs".
+QASSIST_QUEUE_POLICY = env_str("QASSIST_QUEUE_POLICY", "fair")
+QASSIST_QUEUE_AGING_SECONDS = env_float("QASSIST_QUEUE_AGING_SECONDS", 30.0)  # then oldest first
+QASSIST_MAX_WAIT_SECONDS = env_float("QASSIST_MAX_WAIT_SECONDS", 90.0)  # then "busy"
+# Host memory for the KV of idle conversations whose sequence was taken (0 turns it off).
+QASSIST_HOST_CACHE_MB = env_int("QASSIST_HOST_CACHE_MB", 1024)
 QASSIST_THREADS = env_int("QASSIST_THREADS", os.cpu_count() or 2)
 QASSIST_BATCH_TOKENS = env_int("QASSIST_BATCH_TOKENS", 256)  # token budget of one engine step
 QASSIST_MAX_QUEUE = env_int("QASSIST_MAX_QUEUE", 64)  # requests waiting beyond the running ones

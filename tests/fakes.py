@@ -5,7 +5,9 @@ of generation). The reply to a conversation is scripted from its last message, s
 depend on how requests are batched. Like llama.cpp, the fake keeps each sequence's KV (a token
 list) and checks every batch: positions must continue the sequence, and when a request samples,
 its sequence must hold exactly its prompt and its reply so far. A scheduler bug that leaks one
-conversation into another, or skips a position, fails loudly here.
+conversation into another, or skips a position, fails loudly here. Saved sequences (host memory)
+are token lists too: a save must copy exactly what the sequence holds, a restore must name an
+entry that exists and was not dropped, and the saved entries must stay within the host budget.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from inference.engine import Engine
-from inference.scheduler import SchedulerOutput
+from inference.scheduler import DropSaved, KvOp, RestoreKv, SaveKv, SchedulerOutput
 from inference.types import ChatMessage, PromptPart, Request, prompt_text
 
 EOG = 1
@@ -54,6 +57,9 @@ class FakeRunner:
     n_ctx: int = 4096
     max_seq_tokens: int = 1024
     step_delay: float = 0.0  # seconds each step "decodes", for tests that race a stop
+    # What llama_decode "took" for (decode tokens, prompt tokens), reported without sleeping.
+    step_seconds: Callable[[int, int], float] | None = None
+    fail_restores: bool = False
     reply_for: Callable[[str], str] = field(default=lambda prompt: f"echo: {prompt}")
     last_decode_seconds: float = 0.0
     kv: dict[int, list[int]] = field(default_factory=dict)
@@ -63,6 +69,15 @@ class FakeRunner:
     merge_pairs: bool = False
     prompts: dict[str, str] = field(default_factory=dict)
     tokenized_parts: list[list[PromptPart]] = field(default_factory=list)
+    kv_bytes_per_token: int = 100
+    host_budget_bytes: int | None = None  # when set, saved entries must fit in it
+    saved: dict[int, list[int]] = field(default_factory=dict)
+    saves: list[SaveKv] = field(default_factory=list)
+    restores: list[RestoreKv] = field(default_factory=list)
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(len(v) for v in self.saved.values()) * self.kv_bytes_per_token
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> list[PromptPart]:
         parts: list[PromptPart] = []
@@ -111,13 +126,27 @@ class FakeRunner:
         return token == EOG
 
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
-        for op in out.kv_ops:
-            held = self.kv.get(op.seq_id, [])
-            self.kv[op.seq_id] = held[: op.keep]
-            if op.copy_from is not None:
-                assert op.keep == 0, "a copy replaces the whole sequence"
-                self.kv[op.seq_id] = list(self.kv.get(op.copy_from, [])[: op.copy_len])
-                assert len(self.kv[op.seq_id]) == op.copy_len, "copied cells must exist"
+        for action in out.kv_ops:
+            if isinstance(action, SaveKv):
+                held = self.kv.get(action.seq_id, [])
+                assert len(held) == action.n_tokens, "a save must copy the whole sequence"
+                assert action.entry not in self.saved, "a saved entry is never overwritten"
+                self.saved[action.entry] = list(held)
+                self.saves.append(action)
+            elif isinstance(action, RestoreKv):
+                if self.fail_restores:
+                    self.kv[action.seq_id] = []
+                    raise RuntimeError("failed to restore kv cache")
+                assert action.entry in self.saved, "restoring an entry that was dropped"
+                assert len(self.saved[action.entry]) == action.n_tokens
+                self.kv[action.seq_id] = list(self.saved[action.entry])
+                self.restores.append(action)
+            elif isinstance(action, DropSaved):
+                assert self.saved.pop(action.entry, None) is not None, "dropping a missing entry"
+            else:
+                self._kv_op(action)
+            if self.host_budget_bytes is not None:
+                assert self.saved_bytes <= self.host_budget_bytes, "host cache over its budget"
         if out.is_empty:
             return {}
         if self.fail_next:
@@ -137,6 +166,10 @@ class FakeRunner:
         if self.step_delay:
             time.sleep(self.step_delay)
         self.last_decode_seconds = self.step_delay
+        if self.step_seconds is not None:
+            self.last_decode_seconds = self.step_seconds(
+                len(out.decodes), sum(len(c.tokens) for c in out.prefills)
+            )
         sampled = {}
         for request in out.sampling_requests():
             assert request.seq_id is not None
@@ -147,6 +180,14 @@ class FakeRunner:
             script = self.reply_tokens(request)
             sampled[request.request_id] = script[min(len(request.output_tokens), len(script) - 1)]
         return sampled
+
+    def _kv_op(self, op: KvOp) -> None:
+        held = self.kv.get(op.seq_id, [])
+        self.kv[op.seq_id] = held[: op.keep]
+        if op.copy_from is not None:
+            assert op.keep == 0, "a copy replaces the whole sequence"
+            self.kv[op.seq_id] = list(self.kv.get(op.copy_from, [])[: op.copy_len])
+            assert len(self.kv[op.seq_id]) == op.copy_len, "copied cells must exist"
 
     def _append(self, seq_id: int, pos: int, tokens: list[int]) -> None:
         held = self.kv.setdefault(seq_id, [])
@@ -162,9 +203,15 @@ class FakeRunner:
 
 
 def make_engine(
-    runner: FakeRunner | None = None, *, max_batch_tokens: int = 64, max_queue: int = 8
+    runner: FakeRunner | None = None,
+    *,
+    max_batch_tokens: int = 64,
+    max_queue: int = 8,
+    **kwargs: Any,
 ) -> Engine:
-    return Engine(runner or FakeRunner(), max_batch_tokens=max_batch_tokens, max_queue=max_queue)
+    return Engine(
+        runner or FakeRunner(), max_batch_tokens=max_batch_tokens, max_queue=max_queue, **kwargs
+    )
 
 
 @dataclass

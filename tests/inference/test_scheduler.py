@@ -72,8 +72,8 @@ def test_the_waiting_queue_is_bounded():
     assert not s.add(req("c"))
 
 
-def test_higher_priority_is_admitted_first_then_arrival_order():
-    q = WaitingQueue(10)
+def test_the_priority_policy_admits_higher_priority_first_then_arrival_order():
+    q = WaitingQueue(10, policy="priority")
     for rid, prio in [("low1", 0), ("high", 5), ("low2", 0)]:
         q.add(req(rid, priority=prio))
     assert [r.request_id for r in q] == ["high", "low1", "low2"]

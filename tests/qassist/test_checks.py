@@ -234,6 +234,7 @@ def test_the_checks_are_registered() -> None:
         checks.check_engine_mode,
         checks.check_model,
         checks.check_database_url,
+        checks.check_scheduling,
     ):
         assert check in registered
 
@@ -258,3 +259,50 @@ def test_a_malformed_login_lockout_setting_is_named(
     setattr(settings, name, value)
     [error] = checks.check_login_lockout()
     assert error.id == "qassist.E006"
+
+
+# --- qassist.E007: scheduling ----------------------------------------------------------------
+
+
+def test_the_default_scheduling_settings_pass() -> None:
+    assert checks.check_scheduling() == []
+
+
+def test_an_unknown_queue_policy_is_an_error(settings: Settings) -> None:
+    settings.QASSIST_QUEUE_POLICY = "lottery"
+    messages = checks.check_scheduling()
+    assert ids(messages) == ["qassist.E007"]
+    assert "lottery" in messages[0].msg
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("QASSIST_QUEUE_AGING_SECONDS", 0),
+        ("QASSIST_MAX_WAIT_SECONDS", -1.0),
+        ("QASSIST_MIN_STREAM_SPEED", -1.0),
+        ("QASSIST_MIN_STREAM_SPEED", float("nan")),
+        ("QASSIST_HOST_CACHE_MB", -1),
+    ],
+)
+def test_scheduling_numbers_out_of_range_are_errors(
+    settings: Settings, name: str, value: float
+) -> None:
+    setattr(settings, name, value)
+    messages = checks.check_scheduling()
+    assert ids(messages) == ["qassist.E007"]
+    assert name in messages[0].msg
+
+
+def test_the_speed_floor_and_the_host_cache_may_be_turned_off(settings: Settings) -> None:
+    settings.QASSIST_MIN_STREAM_SPEED = 0.0
+    settings.QASSIST_HOST_CACHE_MB = 0
+    assert checks.check_scheduling() == []
+
+
+def test_aging_must_come_before_the_wait_bound(settings: Settings) -> None:
+    settings.QASSIST_QUEUE_AGING_SECONDS = 120.0
+    settings.QASSIST_MAX_WAIT_SECONDS = 90.0
+    messages = checks.check_scheduling()
+    assert ids(messages) == ["qassist.E007"]
+    assert "shorter than the wait bound" in messages[0].msg

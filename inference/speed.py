@@ -1,0 +1,110 @@
+"""The speed floor: how many sequences may decode together while each stream stays fast enough.
+
+Pure logic. Every running stream gets one token per engine step, so a stream's speed is one over
+the step time. The step time grows with the tokens in the batch, and a decode token (which reads
+its whole history's KV) costs more than a prompt token; the engine's own steps give
+`seconds = fixed + per_decode * decode_tokens + per_prompt * prompt_tokens` (least squares over
+recent steps, older ones fading out). The limit is the most streams N whose step, with the
+prompt tokens steps carry on average, stays within `1 / floor` seconds:
+
+    fixed + per_decode * N + per_prompt * (mean prompt tokens per step) <= 1 / floor
+
+It never goes below `minimum` (someone must be served) nor above the context's sequences. Until
+enough steps were seen it stays at `initial`. Requests already running are never preempted: a
+lower limit only stops admitting until streams finish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DECAY = 0.98  # weight kept by an older step at each new one: about the last 50 steps count
+MIN_STEPS = 20  # steps observed before the measured limit replaces the initial one
+
+
+def _solve3(m: list[list[float]], v: list[float]) -> list[float] | None:
+    """Solve the 3x3 system m x = v (Cramer's rule); None when it is (nearly) singular."""
+
+    def det(a: list[list[float]]) -> float:
+        return (
+            a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+            - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+            + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+        )
+
+    d = det(m)
+    scale = max(abs(x) for row in m for x in row) ** 3
+    if scale <= 0 or abs(d) < 1e-9 * scale:
+        return None
+    result = []
+    for col in range(3):
+        mc = [[v[r] if c == col else m[r][c] for c in range(3)] for r in range(3)]
+        result.append(det(mc) / d)
+    return result
+
+
+@dataclass
+class StepModel:
+    """fixed, per_decode, per_prompt seconds fitted to (decode tokens, prompt tokens, seconds)."""
+
+    steps_seen: int = 0
+    _xtx: list[list[float]] = field(default_factory=lambda: [[0.0] * 3 for _ in range(3)])
+    _xty: list[float] = field(default_factory=lambda: [0.0] * 3)
+    _decode: float = 0.0  # weighted sums for the fallback
+    _prompt: float = 0.0
+    _seconds: float = 0.0
+    mean_prompt: float = 0.0  # prompt tokens per step, exponentially weighted
+
+    def observe(self, decode_tokens: int, prompt_tokens: int, seconds: float) -> None:
+        x = (1.0, float(decode_tokens), float(prompt_tokens))
+        for i in range(3):
+            self._xty[i] = self._xty[i] * DECAY + x[i] * seconds
+            for j in range(3):
+                self._xtx[i][j] = self._xtx[i][j] * DECAY + x[i] * x[j]
+        self._decode = self._decode * DECAY + decode_tokens
+        self._prompt = self._prompt * DECAY + prompt_tokens
+        self._seconds = self._seconds * DECAY + seconds
+        self.mean_prompt = self.mean_prompt * DECAY + (1 - DECAY) * prompt_tokens
+        self.steps_seen += 1
+
+    def coefficients(self) -> tuple[float, float, float] | None:
+        if self.steps_seen == 0:
+            return None
+        fit = _solve3(self._xtx, self._xty)
+        if fit is not None and fit[0] >= 0 and fit[1] > 0 and fit[2] >= 0:
+            return fit[0], fit[1], fit[2]
+        # Too little variety in the steps seen (all decode, or decode and prompt sizes moving
+        # together), or a noisy fit: charge the whole step time per token (cautious).
+        per_token = self._seconds / max(self._decode + self._prompt, 1.0)
+        return 0.0, per_token, per_token
+
+
+@dataclass
+class SpeedGovernor:
+    floor: float  # tokens per second each stream keeps at least; 0 disables the policy
+    maximum: int
+    initial: int
+    minimum: int = 1
+    model: StepModel = field(default_factory=StepModel)
+
+    def observe(self, *, decode_tokens: int, prefill_tokens: int, seconds: float) -> None:
+        if decode_tokens + prefill_tokens > 0 and seconds > 0:
+            self.model.observe(decode_tokens, prefill_tokens, seconds)
+
+    def stream_speed(self, streams: int) -> float | None:
+        """Predicted tokens/s of each stream with `streams` decoding together."""
+        fit = self.model.coefficients()
+        if fit is None:
+            return None
+        fixed, per_decode, per_prompt = fit
+        return 1.0 / (fixed + per_decode * streams + per_prompt * self.model.mean_prompt)
+
+    def limit(self) -> int:
+        if self.floor <= 0:
+            return self.maximum
+        fit = self.model.coefficients()
+        if fit is None or self.model.steps_seen < MIN_STEPS:
+            return max(self.minimum, min(self.initial, self.maximum))
+        fixed, per_decode, per_prompt = fit
+        budget = 1.0 / self.floor - fixed - per_prompt * self.model.mean_prompt
+        return max(self.minimum, min(self.maximum, int(budget / per_decode)))

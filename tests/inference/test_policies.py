@@ -1,0 +1,472 @@
+"""Scheduling policies without a model: fair shares, aging, the wait bound, the speed floor,
+tenant isolation of KV reuse, and the host-memory cache (decisions checked by the strict fake)."""
+
+from typing import Any
+
+from inference import fairshare
+from inference.scheduler import KvOp, RestoreKv, SaveKv, Scheduler
+from inference.speed import MIN_STEPS, SpeedGovernor
+from inference.types import (
+    ChatMessage,
+    Delta,
+    Done,
+    Failed,
+    FinishReason,
+    Queued,
+    Request,
+    RequestStatus,
+    SamplingParams,
+)
+from tests.fakes import FakeRunner, make_engine
+
+
+def req(rid, *, tenant="", prompt=None, priority=0, follow_up=False, arrival=0.0, max_tokens=4):
+    tokens = prompt if prompt is not None else [100 + i for i in range(4)]
+    r = Request(rid, list(tokens), SamplingParams(max_tokens=max_tokens), priority=priority)
+    r.tenant, r.follow_up, r.arrival = tenant, follow_up, arrival
+    return r
+
+
+def sched(**kwargs: Any) -> Scheduler:
+    defaults = {"n_seq_max": 4, "kv_capacity": 10_000, "max_batch_tokens": 64, "max_queue": 100}
+    return Scheduler(**{**defaults, **kwargs})
+
+
+def step(s: Scheduler, now: float = 1.0):
+    out = s.schedule(now=now)
+    s.update(out, {r.request_id: 7 for r in out.sampling_requests()})
+    return out
+
+
+def finish_running(s: Scheduler) -> None:
+    for r in list(s.running):
+        s.finish(r, FinishReason.STOP)
+
+
+def start_order(s: Scheduler, now: float = 1.0) -> list[str]:
+    """Run the scheduler to the end, each admitted request finishing at once."""
+    order: list[str] = []
+    while s.has_work:
+        out = step(s, now)
+        order.extend(r.request_id for r in out.admitted)
+        finish_running(s)
+    return order
+
+
+# --- fair share between tenants ---------------------------------------------------------------
+
+
+def test_a_tenant_with_a_backlog_cannot_make_another_tenants_few_requests_wait_behind_it():
+    s = sched()
+    for i in range(40):
+        s.add(req(f"a{i}", tenant="a", arrival=0.0 + i * 1e-3))
+    step(s)  # four of A's start: the backlog is 36
+    for i in range(4):
+        s.add(req(f"b{i}", tenant="b", arrival=0.5 + i * 1e-3))
+    finish_running(s)
+    order = start_order(s)
+    a_started_before_last_b = sum(rid.startswith("a") for rid in order[: order.index("b3")])
+    assert a_started_before_last_b <= 4  # B's four interleave with A's next four
+    assert a_started_before_last_b < 36 / 2
+
+
+def test_a_higher_priority_tenant_gets_twice_the_share_per_step_of_priority():
+    s = sched(n_seq_max=1, max_batch_tokens=8)
+    for i in range(30):
+        s.add(req(f"hi{i}", tenant="hi", priority=1, arrival=i * 1e-3))
+        s.add(req(f"lo{i}", tenant="lo", priority=0, arrival=i * 1e-3))
+    first = start_order(s)[:30]
+    assert sum(r.startswith("hi") for r in first) == 20
+    assert sum(r.startswith("lo") for r in first) == 10
+
+
+def test_the_weight_mapping_doubles_per_priority_and_is_clamped():
+    assert fairshare.tenant_weight(0) == 1
+    assert fairshare.tenant_weight(1) == 2
+    assert fairshare.tenant_weight(-1) == 0.5
+    assert fairshare.tenant_weight(30) == fairshare.tenant_weight(4) == 16
+
+
+def test_an_idle_tenant_does_not_bank_credit_while_away():
+    s = sched(n_seq_max=1, max_batch_tokens=8)
+    for i in range(10):  # A alone: ten admissions
+        s.add(req(f"a{i}", tenant="a", arrival=i * 1e-3))
+    start_order(s)
+    for i in range(6):
+        s.add(req(f"a{10 + i}", tenant="a", arrival=1 + i * 1e-3))
+        s.add(req(f"b{i}", tenant="b", arrival=1 + i * 1e-3))
+    order = start_order(s)
+    # B was idle for A's ten: it does not now get ten in a row, the two alternate.
+    assert order[:4] in (["a10", "b0", "a11", "b1"], ["b0", "a10", "b1", "a11"])
+
+
+def test_within_a_tenant_a_follow_up_turn_goes_before_a_new_conversation():
+    s = sched(n_seq_max=1, max_batch_tokens=8)
+    s.add(req("new1", tenant="t", arrival=0.0))
+    s.add(req("new2", tenant="t", arrival=0.1))
+    s.add(req("turn2", tenant="t", follow_up=True, arrival=0.2))
+    assert start_order(s) == ["turn2", "new1", "new2"]
+
+
+def test_a_request_waiting_past_the_aging_time_goes_first_whatever_the_shares():
+    s = sched(n_seq_max=1, max_batch_tokens=8, aging=10.0)
+    s.add(req("a-old", tenant="a", arrival=0.0))
+    s.add(req("a-newer", tenant="a", arrival=5.0))
+    s.waiting.clock.charge("a", 1.0)  # A has been served more than B...
+    s.waiting.clock.charge("a", 1.0)
+    s.add(req("b", tenant="b", follow_up=True, arrival=11.0))
+    # ...so B would go first, but A's oldest request has waited past the aging time. Once it
+    # is served, the fair share decides again: B before A's younger request.
+    assert start_order(s, now=12.0) == ["a-old", "b", "a-newer"]
+
+
+def test_without_aging_the_same_queue_follows_the_shares():
+    s = sched(n_seq_max=1, max_batch_tokens=8, aging=10.0)
+    s.add(req("a-old", tenant="a", arrival=0.0))
+    s.waiting.clock.charge("a", 1.0)
+    s.waiting.clock.charge("a", 1.0)
+    s.add(req("b", tenant="b", arrival=1.0))
+    assert start_order(s, now=2.0) == ["b", "a-old"]
+
+
+def test_background_work_goes_after_every_reply_of_every_tenant():
+    s = sched(n_seq_max=2, max_batch_tokens=8)
+    title = req("title", tenant="quiet", arrival=0.0)
+    title.background = True
+    s.add(title)
+    s.add(req("a", tenant="busy", arrival=1.0))
+    s.add(req("b", tenant="busy", arrival=2.0))
+    assert start_order(s, now=3.0) == ["a", "b", "title"]
+
+
+def test_queue_positions_follow_the_fair_order():
+    engine = make_engine(FakeRunner(n_seq_max=1), max_queue=10)
+    for i in range(3):
+        engine.add_request(
+            f"a{i}", [ChatMessage("user", f"a{i}")], SamplingParams(temperature=0), tenant="a"
+        )
+    engine.add_request("b0", [ChatMessage("user", "b0")], SamplingParams(temperature=0), tenant="b")
+    events = engine.step()  # a0 runs; B's request is next, ahead of A's backlog
+    positions = {e.request_id: e.position for e in events if isinstance(e, Queued)}
+    assert positions == {"b0": 1, "a1": 2, "a2": 3}
+
+
+# --- the wait bound ---------------------------------------------------------------------------
+
+
+def test_a_request_waiting_longer_than_the_bound_is_answered_busy_with_a_retry_hint():
+    runner = FakeRunner(n_seq_max=1, reply_for=lambda p: "x" * 50)
+    engine = make_engine(runner, max_wait=60.0, aging=30.0)
+    params = SamplingParams(temperature=0)
+    engine.add_request("running", [ChatMessage("user", "one")], params)
+    engine.add_request("fresh", [ChatMessage("user", "two")], params)
+    engine.add_request("stale", [ChatMessage("user", "three")], params, waited=61.0)
+    events = engine.step()
+    [busy] = [e for e in events if isinstance(e, Failed)]
+    assert busy.request_id == "stale"
+    assert busy.code == "busy"
+    assert busy.retry_after is not None
+    assert busy.retry_after > 0
+    assert engine.scheduler.get("stale") is None
+    assert engine.stats.errors == {"busy": 1}
+    rest: list[Any] = []
+    while engine.has_work:
+        rest.extend(engine.step())
+    assert {e.request_id for e in rest if isinstance(e, Done)} == {"running", "fresh"}
+
+
+def test_without_a_bound_a_request_waits_for_its_turn():
+    engine = make_engine(FakeRunner(n_seq_max=1))
+    params = SamplingParams(temperature=0)
+    engine.add_request("a", [ChatMessage("user", "one")], params)
+    engine.add_request("b", [ChatMessage("user", "two")], params, waited=10_000.0)
+    events: list[Any] = []
+    while engine.has_work:
+        events.extend(engine.step())
+    assert {e.request_id for e in events if isinstance(e, Done)} == {"a", "b"}
+
+
+# --- the speed floor --------------------------------------------------------------------------
+
+
+def cost(decode: int, prefill: int) -> float:
+    """This machine's step time as measured: 45 ms, 6 ms per decode token, 4 per prompt token."""
+    return 0.045 + 0.006 * decode + 0.004 * prefill
+
+
+def test_the_governor_admits_as_many_streams_as_keep_the_floor():
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
+    assert g.limit() == 16  # nothing measured yet
+    for i in range(200):
+        decode = 8 + i % 24
+        prefill = 64 if i % 10 == 0 else 0
+        g.observe(decode_tokens=decode, prefill_tokens=prefill, seconds=cost(decode, prefill))
+    # 1/5 s = 0.045 + 0.006 N + 0.004 * (mean prompt tokens per step, about 6): N = 22.
+    mean_prompt = g.model.mean_prompt
+    assert 4 < mean_prompt < 8
+    assert g.limit() == int((0.2 - 0.045 - 0.004 * mean_prompt) / 0.006) == 22
+    speed = g.stream_speed(22)
+    assert speed is not None
+    assert speed >= 5.0
+    speed = g.stream_speed(23)
+    assert speed is not None
+    assert speed < 5.0
+
+
+def test_a_lower_floor_admits_more_streams_and_none_is_capped_at_the_maximum():
+    def trained(floor: float, maximum: int = 48) -> SpeedGovernor:
+        g = SpeedGovernor(floor=floor, maximum=maximum, initial=16)
+        for i in range(200):
+            decode, prefill = 4 + i % 40, (i * 7) % 3
+            g.observe(decode_tokens=decode, prefill_tokens=prefill, seconds=cost(decode, prefill))
+        return g
+
+    def expected(g: SpeedGovernor) -> int:
+        return int((1 / g.floor - 0.045 - 0.004 * g.model.mean_prompt) / 0.006)
+
+    five, four = trained(5.0), trained(4.0)
+    assert five.limit() == expected(five) == 25
+    assert four.limit() == expected(four) == 33
+    assert trained(2.0).limit() == 48
+    assert trained(0.0, maximum=40).limit() == 40  # the policy off: always the maximum
+
+
+def test_a_slow_machine_still_serves_one_stream():
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
+    for _ in range(MIN_STEPS):
+        g.observe(decode_tokens=1, prefill_tokens=0, seconds=1.0)
+    assert g.limit() == 1
+
+
+def test_the_engine_admits_more_than_the_initial_sequences_while_streams_keep_the_floor():
+    runner = FakeRunner(n_seq_max=48, n_ctx=100_000, reply_for=lambda p: "y" * 60)
+    runner.step_seconds = cost
+    engine = make_engine(runner, max_batch_tokens=256, max_queue=64, min_stream_speed=5.0)
+    for i in range(60):
+        engine.add_request(f"r{i}", [ChatMessage("user", f"q{i}")], SamplingParams(temperature=0))
+    most = 0
+    while engine.has_work:
+        engine.step()
+        most = max(most, engine.num_running)
+    # More than the 16 it started with; never more than 25, where a step of decodes alone
+    # takes 1/5 s (prompt tokens in some steps lower it further).
+    assert 16 < most <= 25
+
+
+def test_the_engine_runs_fewer_streams_when_steps_get_slower():
+    runner = FakeRunner(
+        n_seq_max=48, n_ctx=100_000, reply_for=lambda p: "y" * (40 + 37 * int(p[1:]) % 160)
+    )
+    runner.step_seconds = lambda d, p: 2 * cost(d, p)
+    engine = make_engine(runner, max_batch_tokens=256, max_queue=64, min_stream_speed=5.0)
+    for i in range(40):
+        engine.add_request(f"r{i}", [ChatMessage("user", f"q{i}")], SamplingParams(temperature=0))
+    for _ in range(60):
+        engine.step()
+    assert engine.num_running <= 16  # never preempted, but finished ones are not replaced...
+    while engine.has_work:
+        engine.step()
+        # ...beyond 9, where a step of decodes alone takes 1/5 s.
+        assert engine.num_running <= 16 or engine.num_running <= 9
+        if engine.governor.model.steps_seen > 100:
+            assert engine.scheduler.max_running <= 9
+
+
+# --- tenant isolation of KV reuse -------------------------------------------------------------
+
+SYSTEM = [50 + i for i in range(40)]
+
+
+def test_a_kept_sequence_is_never_reused_for_another_tenant():
+    s = sched(n_seq_max=1)
+    a = req("a", tenant="acme", prompt=[*SYSTEM, 1])
+    s.add(a)
+    step(s)
+    s.finish(a, FinishReason.STOP)
+    b = req("b", tenant="globex", prompt=[*SYSTEM, 2])
+    s.add(b)
+    out = step(s)
+    assert b.num_cached == 0
+    assert out.kv_ops == [KvOp(0, keep=0)]
+
+
+def test_a_prefix_is_copied_only_from_the_same_tenant():
+    s = sched(n_seq_max=3)
+    a = req("a", tenant="acme", prompt=[*SYSTEM, 1], max_tokens=50)
+    s.add(a)
+    step(s)
+    other = req("other", tenant="globex", prompt=[*SYSTEM, 2])
+    s.add(other)
+    out = step(s)
+    assert other.num_cached == 0
+    assert not any(getattr(op, "copy_from", None) is not None for op in out.kv_ops)
+    same = req("same", tenant="acme", prompt=[*SYSTEM, 3])
+    s.add(same)
+    out = step(s)
+    assert same.num_cached == len(SYSTEM)
+    assert KvOp(same.seq_id, 0, copy_from=a.seq_id, copy_len=len(SYSTEM)) in out.kv_ops
+
+
+def test_requests_without_a_tenant_share_prefixes_only_with_each_other():
+    s = sched(n_seq_max=3)
+    a = req("a", tenant="", prompt=[*SYSTEM, 1], max_tokens=50)
+    s.add(a)
+    step(s)
+    named = req("named", tenant="acme", prompt=[*SYSTEM, 2], max_tokens=50)
+    s.add(named)
+    step(s)
+    unnamed = req("unnamed", tenant="", prompt=[*SYSTEM, 3])
+    s.add(unnamed)
+    step(s)
+    assert named.num_cached == 0
+    assert unnamed.num_cached == len(SYSTEM)
+
+
+def test_the_engine_never_reuses_another_tenants_system_prompt():
+    runner = FakeRunner(n_seq_max=2)
+    engine = make_engine(runner)
+    system = ChatMessage("system", "You are the assistant of Acme. " * 4)
+    params = SamplingParams(temperature=0)
+    engine.add_request("acme1", [system, ChatMessage("user", "hi")], params, tenant="acme")
+    engine.step()
+    engine.add_request("globex", [system, ChatMessage("user", "yo")], params, tenant="globex")
+    engine.add_request("acme2", [system, ChatMessage("user", "ho")], params, tenant="acme")
+    done: dict[str, Done] = {}
+    while engine.has_work:
+        done.update({e.request_id: e for e in engine.step() if isinstance(e, Done)})
+    assert done["globex"].cached_tokens == 0
+    assert done["acme2"].cached_tokens > len(system.content)
+
+
+# --- the host-memory cache ---------------------------------------------------------------------
+
+
+def conversation_engine(*, host_bytes: int, n_seq_max: int = 2, **kwargs: Any):
+    runner = FakeRunner(
+        n_seq_max=n_seq_max,
+        reply_for=lambda p: f"answer to {p}",
+        host_budget_bytes=host_bytes,
+        **kwargs,
+    )
+    engine = make_engine(runner, host_cache_bytes=host_bytes, max_queue=32)
+    return runner, engine
+
+
+def talk(engine, rid, history, text, tenant="t"):
+    messages = [*history, ChatMessage("user", text)]
+    engine.add_request(rid, messages, SamplingParams(temperature=0), tenant=tenant)
+    reply, done = "", None
+    while engine.has_work:
+        for e in engine.step():
+            if isinstance(e, Delta):
+                reply += e.text
+            elif isinstance(e, Done):
+                done = e
+    assert done is not None
+    return [*messages, ChatMessage("assistant", reply)], done
+
+
+def test_a_conversation_whose_sequence_was_taken_restores_from_host_memory():
+    runner, engine = conversation_engine(host_bytes=1_000_000, n_seq_max=1)
+    alice, first = talk(engine, "a1", [], "tell me about the sea, please")
+    _bob, _ = talk(engine, "b1", [], "what is the time in Paris now?")  # takes the one sequence
+    assert [s.n_tokens for s in runner.saves] == [first.prompt_tokens + first.completion_tokens]
+    _, second = talk(engine, "a2", alice, "and the mountains?")
+    # The whole first turn comes back from host memory; only the new message is computed.
+    assert runner.restores
+    assert runner.restores[0].entry == runner.saves[0].entry
+    assert second.cached_tokens == first.prompt_tokens + first.completion_tokens
+    assert engine.stats.restored_tokens == second.cached_tokens
+    assert engine.stats.follow_ups == engine.stats.follow_ups_warm == 1
+    assert engine.status()["host_cache_bytes"] == runner.saved_bytes > 0
+
+
+def test_a_regenerated_turn_restores_only_the_common_prefix():
+    runner, engine = conversation_engine(host_bytes=1_000_000, n_seq_max=1)
+    history, _ = talk(engine, "a1", [], "tell me about the sea, please")
+    long_history, _ = talk(engine, "a2", history, "and the mountains?")
+    talk(engine, "b1", [], "what is the time in Paris now?")  # a's sequence is saved
+    # Regenerate turn 2 with another question: only turn 1 and the template are shared.
+    _, redo = talk(engine, "a2-redo", history, "and the rivers instead?")
+    restored = runner.restores[-1]
+    old = runner.tokenize_parts(runner.render_prompt(long_history[:-1]))
+    new = runner.tokenize_parts(runner.render_prompt([*history, ChatMessage("user", "and the r")]))
+    common = next(i for i, (x, y) in enumerate(zip(old, new, strict=False)) if x != y)
+    assert restored.n_tokens > len(old)  # the whole old turn 2 was saved...
+    assert redo.cached_tokens == common  # ...and only the common prefix is kept of it
+    # The fake checked at every sample that the sequence held exactly this prompt and reply.
+    assert redo.finish_reason == "stop"
+
+
+def test_entries_beyond_the_budget_are_dropped_least_recently_used_first_and_recomputed():
+    # Room for about one saved conversation only.
+    runner, engine = conversation_engine(host_bytes=9_000, n_seq_max=1)
+    a, _a1 = talk(engine, "a1", [], "tell me about the sea, please", tenant="t")
+    talk(engine, "b1", [], "what is the time in Paris now?", tenant="t")  # a saved
+    c, c1 = talk(engine, "c1", [], "how do I bake bread at home?", tenant="t")  # b saved, a gone
+    assert len(runner.saved) == 1
+    assert runner.saved_bytes <= 9_000
+    _, a2 = talk(engine, "a2", a, "and the mountains?")  # c saved, b dropped (older)
+    assert a2.cached_tokens == 0  # gone from host memory: recomputed, correctly
+    assert a2.finish_reason == "stop"
+    _, c2 = talk(engine, "c2", c, "and cakes?")
+    assert c2.cached_tokens == c1.prompt_tokens + c1.completion_tokens  # restored
+
+
+def test_host_entries_are_never_restored_for_another_tenant():
+    runner, engine = conversation_engine(host_bytes=1_000_000, n_seq_max=1)
+    history, _ = talk(engine, "a1", [], "tell me about the sea, please", tenant="acme")
+    talk(engine, "b1", [], "what is the time in Paris now?", tenant="acme")
+    _, other = talk(engine, "x", history, "and the mountains?", tenant="globex")
+    assert other.cached_tokens == 0
+    assert not runner.restores
+
+
+def test_with_the_host_cache_off_nothing_is_saved():
+    runner, engine = conversation_engine(host_bytes=0, n_seq_max=1)
+    history, _ = talk(engine, "a1", [], "tell me about the sea, please")
+    talk(engine, "b1", [], "what is the time in Paris now?")
+    _, second = talk(engine, "a2", history, "and the mountains?")
+    assert not runner.saves
+    assert not runner.restores
+    assert second.cached_tokens == 0
+
+
+def test_a_failed_restore_fails_that_step_clearly_and_the_engine_keeps_serving():
+    runner, engine = conversation_engine(host_bytes=1_000_000, n_seq_max=1)
+    history, _ = talk(engine, "a1", [], "tell me about the sea, please")
+    talk(engine, "b1", [], "what is the time in Paris now?")
+    runner.fail_restores = True  # llama_state_seq_set_data finds no room, say
+    engine.add_request(
+        "a2",
+        [*history, ChatMessage("user", "and the mountains?")],
+        SamplingParams(temperature=0),
+        tenant="t",
+    )
+    [failed] = [e for e in engine.step() if isinstance(e, Failed)]
+    assert (failed.request_id, failed.code) == ("a2", "internal")
+    assert not engine.has_work
+    runner.fail_restores = False
+    _, again = talk(engine, "a3", history, "and the mountains?")
+    assert again.finish_reason == "stop"
+
+
+def test_restore_decisions_come_before_the_batch_that_uses_them():
+    s = sched(n_seq_max=1, host_cache_tokens=1000)
+    first = req("first", tenant="t", prompt=list(range(100, 160)))
+    s.add(first)
+    step(s)
+    s.finish(first, FinishReason.STOP)
+    other = req("other", tenant="t", prompt=list(range(500, 540)))
+    s.add(other)
+    out = step(s)
+    assert out.kv_ops[0] == SaveKv(0, 1, 60)
+    s.finish(other, FinishReason.STOP)
+    back = req("back", tenant="t", prompt=[*range(100, 160), 7, 8, 9])
+    s.add(back)
+    out = step(s)
+    assert RestoreKv(0, 1, 60) in out.kv_ops
+    assert out.kv_ops[-1] == KvOp(0, keep=60)
+    assert back.num_restored == 60
+    assert out.prefills[0].start == 60
+    assert back.status is RequestStatus.RUNNING
