@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from inference import modelstore
+from inference import metrics, modelstore
 from inference.engine import Engine
 from inference.types import ChatMessage, Event
 from inference.worker import Submission
@@ -99,11 +99,14 @@ def _make_client() -> EngineClient:
     if engine_mode() == "redis":
         from inference.transport import RedisEngineClient
 
+        metrics.use_redis(settings.REDIS_URL, settings.QASSIST_REDIS_PREFIX)
         return RedisEngineClient(
             settings.REDIS_URL,
             prefix=settings.QASSIST_REDIS_PREFIX,
             max_queue=settings.QASSIST_MAX_QUEUE,
             heartbeat_timeout=settings.QASSIST_WORKER_HEARTBEAT_SECONDS,
+            max_wait=settings.QASSIST_MAX_WAIT_SECONDS,
+            aging=settings.QASSIST_QUEUE_AGING_SECONDS,
         )
     from inference.local import LocalEngineClient
 

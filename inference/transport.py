@@ -1,9 +1,17 @@
 """Web processes and inference workers talk through Redis.
 
-- Queue: a sorted set `{p}:queue` (score = priority, then arrival) shared by every worker; the
-  request body waits in `{p}:req:{id}`. Admission is one Lua script: when the queue is full the
-  client hears "busy" at once. A worker pops only as many requests as it can start now, so the
+- Queue: a sorted set `{p}:queue` (score = arrival) shared by every worker; the request body
+  waits in `{p}:req:{id}` and what the fair-share policy needs (tenant, weight, follow-up,
+  background) in the hash `{p}:meta`. Admission is one Lua script: when the queue is full the
+  client hears "busy" at once. A worker takes only as many requests as it can start now, so the
   queue stays global and a second machine's worker takes what the first cannot.
+- Order: the same weighted fair share as the engine's own queue (`inference.fairshare`), with
+  the tenants' virtual times kept in Redis (`{p}:fair`). A worker reads the queue, computes the
+  order, and claims requests in that order with a Lua script that removes the request and
+  charges its tenant in one step; a request another worker claimed first is skipped. So several
+  workers follow one order. An idle worker blocks on `{p}:bell`, which each enqueue rings.
+- Wait bound: a client whose request is still queued after `max_wait` seconds takes it out of
+  the queue (if no worker claimed it meanwhile) and answers "busy".
 - Events: each request has its own Redis stream `{p}:ev:{id}`. Streams keep what was written until
   read (unlike pub/sub), so a reader that starts late misses nothing.
 - Cancel: `{p}:cancel` pub/sub; a request still queued is simply removed from the queue.
@@ -27,6 +35,8 @@ from typing import Any, TypeVar, cast
 import redis
 import redis.asyncio as aioredis
 
+from inference import fairshare
+from inference.metrics import record_refusal
 from inference.types import (
     Done,
     ErrorCode,
@@ -47,13 +57,37 @@ REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 REDIS_DOWN_MESSAGE = (
     "The connection to the inference workers (Redis) was lost; try again in a few seconds."
 )
-_SCORE_PRIORITY = 10**13  # arrival in ms stays below this for centuries
 
 _ENQUEUE = """
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return -1 end
 redis.call('SET', KEYS[2], ARGV[4], 'EX', tonumber(ARGV[5]))
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[3], ARGV[6])
+redis.call('LPUSH', KEYS[4], '1')
+redis.call('LTRIM', KEYS[4], 0, 63)
 return redis.call('ZRANK', KEYS[1], ARGV[3])
+"""
+
+# Claim a queued request for this worker and charge its tenant (fairshare.FairClock.charge).
+_CLAIM = """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+if ARGV[4] == '0' then
+  local now = tonumber(redis.call('HGET', KEYS[3], 'now') or '0')
+  local t = tonumber(redis.call('HGET', KEYS[3], 't:' .. ARGV[2]) or '0')
+  local start = math.max(t, now)
+  redis.call('HSET', KEYS[3], 'now', string.format('%.17g', start),
+             't:' .. ARGV[2], string.format('%.17g', start + tonumber(ARGV[3])))
+end
+return 1
+"""
+
+# Take a request out of the queue (cancel, wait bound) unless a worker claimed it already.
+_UNQUEUE = """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[3])
+return 1
 """
 
 
@@ -61,6 +95,9 @@ class Keys:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.queue = f"{prefix}:queue"
+        self.meta = f"{prefix}:meta"
+        self.fair = f"{prefix}:fair"
+        self.bell = f"{prefix}:bell"
         self.cancel = f"{prefix}:cancel"
         self.workers = f"{prefix}:workers"
 
@@ -77,8 +114,51 @@ class Keys:
         return f"{self.prefix}:worker:{worker_id}"
 
 
-def queue_score(priority: int, submitted_at: float) -> int:
-    return -priority * _SCORE_PRIORITY + int(submitted_at * 1000)
+def queue_meta(sub: Submission) -> str:
+    """What the fair-share policy needs to know of a queued request."""
+    return json.dumps(
+        {
+            "tenant": sub.tenant,
+            "weight": fairshare.tenant_weight(sub.priority),
+            "follow_up": any(m.role == "assistant" for m in sub.messages),
+            "background": sub.background,
+            "arrival": sub.submitted_at,
+        }
+    )
+
+
+def fair_order(r: Any, keys: Keys, aging: float) -> list[fairshare.Entry]:
+    """The shared queue in the order workers take it (sync client)."""
+    pipe = r.pipeline(transaction=False)
+    pipe.zrange(keys.queue, 0, -1)
+    pipe.hgetall(keys.meta)
+    pipe.hgetall(keys.fair)
+    ids, meta, clock = pipe.execute()
+    return _order(ids, meta, clock, aging)
+
+
+def _order(
+    ids: list[bytes], meta: dict[bytes, bytes], clock: dict[bytes, bytes], aging: float
+) -> list[fairshare.Entry]:
+    entries = []
+    for raw_id in ids:
+        raw = meta.get(raw_id)
+        data = json.loads(raw) if raw else {}
+        entries.append(
+            fairshare.Entry(
+                key=raw_id.decode(),
+                tenant=str(data.get("tenant", "")),
+                weight=float(data.get("weight", 1.0)),
+                follow_up=bool(data.get("follow_up", False)),
+                background=bool(data.get("background", False)),
+                arrival=float(data.get("arrival", 0.0)),
+            )
+        )
+    fair = fairshare.FairClock(
+        times={k.decode()[2:]: float(v) for k, v in clock.items() if k.startswith(b"t:")},
+        now=float(clock.get(b"now", b"0")),
+    )
+    return fairshare.order(entries, fair, time.time(), aging)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -101,28 +181,32 @@ class RedisWorkerTransport:
 
     shared_queue = True
 
-    def __init__(self, url: str, *, prefix: str = "qassist", worker_id: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "qassist",
+        worker_id: str | None = None,
+        aging: float = 30.0,
+    ) -> None:
         # Any: redis-py types replies as unions over its decode modes; this client returns bytes.
         self.redis: Any = cast(Any, redis.Redis.from_url(url))
         self.keys = Keys(prefix)
+        self.aging = aging
+        self._claim = self.redis.register_script(_CLAIM)
         self.worker_id = worker_id or uuid.uuid4().hex[:12]
         self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         self._pubsub.subscribe(self.keys.cancel)
 
     @_unavailable_when_redis_is_down
     def fetch(self, limit: int, timeout: float) -> Sequence[Submission]:
-        popped: list[tuple[bytes, float]] = []
-        if timeout > 0:
-            got = self.redis.bzpopmin(self.keys.queue, timeout=timeout)
-            if got is None:
+        ids = self._claim_next(limit)
+        if not ids and timeout > 0:
+            if self.redis.blpop([self.keys.bell], timeout=timeout) is None:
                 return []
-            popped.append((got[1], got[2]))
-            limit -= 1
-        if limit > 0:
-            popped.extend(self.redis.zpopmin(self.keys.queue, limit))
-        if not popped:
+            ids = self._claim_next(limit)
+        if not ids:
             return []
-        ids = [member.decode() for member, _ in popped]
         pipe = self.redis.pipeline()
         for request_id in ids:
             pipe.set(self.keys.owner(request_id), self.worker_id, ex=EVENT_TTL)
@@ -139,6 +223,22 @@ class RedisWorkerTransport:
                     [Failed(request_id, ErrorCode.INVALID_REQUEST.value, f"bad request: {exc}")]
                 )
         return subs
+
+    def _claim_next(self, limit: int) -> list[str]:
+        """Claim up to `limit` queued requests in the fair order."""
+        claimed: list[str] = []
+        if limit <= 0:
+            return claimed
+        for entry in fair_order(self.redis, self.keys, self.aging):
+            ok = self._claim(
+                keys=[self.keys.queue, self.keys.meta, self.keys.fair],
+                args=[entry.key, entry.tenant, 1.0 / entry.weight, int(entry.background)],
+            )
+            if ok:
+                claimed.append(entry.key)
+                if len(claimed) >= limit:
+                    break
+        return claimed
 
     @_unavailable_when_redis_is_down
     def cancellations(self) -> Sequence[str]:
@@ -190,10 +290,14 @@ class RedisEngineClient:
         max_queue: int = 64,
         heartbeat_timeout: float = 5.0,
         poll_seconds: float = 1.0,
+        max_wait: float | None = None,
+        aging: float = 30.0,
     ) -> None:
         self.url = url
         self.keys = Keys(prefix)
         self.max_queue = max_queue
+        self.max_wait = max_wait
+        self.aging = aging
         self.heartbeat_timeout = heartbeat_timeout
         self.poll_ms = int(poll_seconds * 1000)
         self._redis: Any = None  # see RedisWorkerTransport.redis
@@ -242,16 +346,20 @@ class RedisEngineClient:
         body = json.dumps(sub.to_dict(), ensure_ascii=False)
         rank = await self.redis.eval(
             _ENQUEUE,
-            2,
+            4,
             self.keys.queue,
             self.keys.body(rid),
+            self.keys.meta,
+            self.keys.bell,
             self.max_queue,
-            queue_score(sub.priority, sub.submitted_at),
+            int(sub.submitted_at * 1000),
             rid,
             body,
             EVENT_TTL,
+            queue_meta(sub),
         )
         if int(rank) < 0:
+            record_refusal(reason=ErrorCode.BUSY.value, tenant=sub.tenant)
             yield Failed(
                 rid,
                 ErrorCode.BUSY.value,
@@ -276,14 +384,26 @@ class RedisEngineClient:
                 continue
             # Nothing heard for a while: is it still queued, and is its worker alive?
             live = await self.live_workers()
-            rank = await self.redis.zrank(self.keys.queue, rid)
+            rank = await self._position(rid)
             if rank is not None:
-                if not live:
-                    await self.redis.zrem(self.keys.queue, rid)
+                if not live and await self._unqueue(rid):
                     yield Failed(
                         rid, ErrorCode.WORKER_DOWN.value, "No inference worker is running."
                     )
                     return
+                waited = time.time() - sub.submitted_at
+                if self.max_wait is not None and waited > self.max_wait:
+                    if await self._unqueue(rid):
+                        record_refusal(reason="wait_bound", tenant=sub.tenant)
+                        yield Failed(
+                            rid,
+                            ErrorCode.BUSY.value,
+                            f"The assistant is busy: this request waited {self.max_wait:g} s "
+                            "without starting; try again shortly.",
+                            retry_after=5.0,
+                        )
+                        return
+                    continue  # a worker claimed it just now: its events follow
                 if rank + 1 != position:
                     position = rank + 1
                     yield Queued(rid, position)
@@ -298,12 +418,29 @@ class RedisEngineClient:
                 )
                 return
 
+    async def _position(self, rid: str) -> int | None:
+        """The request's index in the fair order of the shared queue, None once claimed."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrange(self.keys.queue, 0, -1)
+        pipe.hgetall(self.keys.meta)
+        pipe.hgetall(self.keys.fair)
+        ids, meta, clock = await pipe.execute()
+        if rid.encode() not in ids:
+            return None
+        order = _order(ids, meta, clock, self.aging)
+        return next(i for i, e in enumerate(order) if e.key == rid)
+
+    async def _unqueue(self, rid: str) -> bool:
+        removed = await self.redis.eval(
+            _UNQUEUE, 3, self.keys.queue, self.keys.meta, self.keys.body(rid), rid
+        )
+        return bool(removed)
+
     async def cancel(self, request_id: str) -> None:
         """Stop a request: still queued, it leaves the queue; running, its worker frees it."""
-        if await self.redis.zrem(self.keys.queue, request_id):
+        if await self._unqueue(request_id):
             event = Done(request_id, FinishReason.CANCELLED.value, 0, 0)
             key = self.keys.events(request_id)
-            await self.redis.delete(self.keys.body(request_id))
             await self.redis.xadd(key, {"e": json.dumps(event_to_dict(event))})
             await self.redis.expire(key, EVENT_TTL)
             return

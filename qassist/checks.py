@@ -12,6 +12,7 @@ qassist.W001 the configured model is not on disk yet
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from collections.abc import Sequence
@@ -211,6 +212,17 @@ def check_scheduling(app_configs: AppConfigs = None, **kwargs: Any) -> list[Chec
         positive=False,
         hint="Megabytes of host memory for idle conversations' KV; 0 turns the cache off.",
     )
+    for network in getattr(settings, "QASSIST_METRICS_NETWORKS", []):
+        try:
+            ipaddress.ip_network(network)
+        except ValueError:
+            errors.append(
+                Error(
+                    f"QASSIST_METRICS_NETWORKS holds {network!r}, which is not a network.",
+                    hint="Comma-separated CIDR networks, e.g. 10.0.0.0/8,192.168.1.5/32.",
+                    id="qassist.E006",
+                )
+            )
     aging, wait = values[0], values[1]
     if (
         not errors

@@ -194,6 +194,8 @@ QASSIST_QUEUE_AGING_SECONDS = env_float("QASSIST_QUEUE_AGING_SECONDS", 30.0)  # 
 QASSIST_MAX_WAIT_SECONDS = env_float("QASSIST_MAX_WAIT_SECONDS", 90.0)  # then "busy"
 # Host memory for the KV of idle conversations whose sequence was taken (0 turns it off).
 QASSIST_HOST_CACHE_MB = env_int("QASSIST_HOST_CACHE_MB", 1024)
+# Besides loopback and staff, who may read GET /metrics (CIDR networks, e.g. 10.0.0.0/8).
+QASSIST_METRICS_NETWORKS = env_list("QASSIST_METRICS_NETWORKS", "")
 QASSIST_THREADS = env_int("QASSIST_THREADS", os.cpu_count() or 2)
 QASSIST_BATCH_TOKENS = env_int("QASSIST_BATCH_TOKENS", 256)  # token budget of one engine step
 QASSIST_MAX_QUEUE = env_int("QASSIST_MAX_QUEUE", 64)  # requests waiting beyond the running ones

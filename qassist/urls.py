@@ -1,11 +1,14 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from inference import views as inference_views
 from qassist import views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("v1/", include("chat.api.urls")),
+    path("metrics", inference_views.metrics_view, name="metrics"),
+    path("admin/engine/", inference_views.engine_status, name="engine_status"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("chat.urls")),

@@ -1,6 +1,7 @@
 """Web client and worker talking through a real Redis, the fake runner behind the worker."""
 
 import asyncio
+import json
 import os
 import threading
 import time
@@ -171,3 +172,93 @@ async def test_a_request_still_waiting_after_a_poll_hears_its_queue_position(pre
     await c.cancel("two")
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
     transport.close()
+
+
+NOW = time.time()
+
+
+def tenant_sub(rid, tenant, *, priority=0, at=0.0):
+    return Submission(
+        rid,
+        (ChatMessage("user", rid),),
+        SamplingParams(temperature=0),
+        priority=priority,
+        tenant=tenant,
+        submitted_at=NOW + at,
+    )
+
+
+async def enqueue_all(c, subs):
+    """Put submissions in the shared queue without waiting for their events."""
+    from inference.transport import _ENQUEUE, queue_meta
+
+    for s in subs:
+        await c.redis.eval(
+            _ENQUEUE,
+            4,
+            c.keys.queue,
+            c.keys.body(s.request_id),
+            c.keys.meta,
+            c.keys.bell,
+            100,
+            int(s.submitted_at * 1000),
+            s.request_id,
+            json.dumps(s.to_dict()),
+            60,
+            queue_meta(s),
+        )
+
+
+async def test_several_workers_take_the_shared_queue_in_one_fair_order(prefix):
+    c = client(prefix)
+    subs = [tenant_sub(f"a{i}", "a", at=i * 0.001) for i in range(8)]
+    subs += [tenant_sub(f"b{i}", "b", at=1 + i * 0.001) for i in range(3)]
+    await enqueue_all(c, subs)
+    first = RedisWorkerTransport(REDIS_URL, prefix=prefix, aging=10**9)
+    second = RedisWorkerTransport(REDIS_URL, prefix=prefix, aging=10**9)
+    taken: list[str] = []
+    try:
+        while len(taken) < len(subs):
+            for worker in (first, second):  # two workers, one request each at a time
+                taken.extend(s.request_id for s in worker.fetch(1, 0))
+    finally:
+        first.close()
+        second.close()
+    # B arrived after all of A's eight, yet its three interleave with A's backlog.
+    assert taken[:6] == ["a0", "b0", "a1", "b1", "a2", "b2"]
+    assert sorted(taken) == sorted(s.request_id for s in subs)  # each taken exactly once
+
+
+async def test_a_higher_priority_tenant_gets_a_larger_share_of_the_shared_queue(prefix):
+    c = client(prefix)
+    subs = [tenant_sub(f"lo{i}", "lo", priority=0, at=i * 0.001) for i in range(6)]
+    subs += [tenant_sub(f"hi{i}", "hi", priority=1, at=i * 0.001) for i in range(6)]
+    await enqueue_all(c, subs)
+    worker = RedisWorkerTransport(REDIS_URL, prefix=prefix, aging=10**9)
+    try:
+        taken = [s.request_id for s in worker.fetch(6, 0)]
+    finally:
+        worker.close()
+    assert sum(r.startswith("hi") for r in taken) == 4
+
+
+async def test_a_request_queued_past_the_wait_bound_is_answered_busy(prefix):
+    # A worker is alive but never takes anything (its heartbeat only).
+    transport = RedisWorkerTransport(REDIS_URL, prefix=prefix)
+    transport.heartbeat({})
+    try:
+        s = Submission(
+            uuid.uuid4().hex,
+            (ChatMessage("user", "hi"),),
+            SamplingParams(temperature=0),
+            submitted_at=time.time() - 5,
+        )
+        events = await asyncio.wait_for(collect(client(prefix, max_wait=1.0), s), 10)
+    finally:
+        transport.retire()
+        transport.close()
+    assert isinstance(events[-1], Failed)
+    assert events[-1].code == "busy"
+    assert events[-1].retry_after
+    r = redis.Redis.from_url(REDIS_URL)
+    assert r.zcard(f"{prefix}:queue") == 0

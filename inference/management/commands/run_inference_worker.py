@@ -41,7 +41,10 @@ class Command(BaseCommand):
         except FileNotFoundError as exc:
             raise CommandError(str(exc)) from exc
         transport = RedisWorkerTransport(
-            settings.REDIS_URL, prefix=settings.QASSIST_REDIS_PREFIX, worker_id=options["worker_id"]
+            settings.REDIS_URL,
+            prefix=settings.QASSIST_REDIS_PREFIX,
+            worker_id=options["worker_id"],
+            aging=settings.QASSIST_QUEUE_AGING_SECONDS,
         )
         worker = EngineWorker(engine, transport)
 
@@ -53,7 +56,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         self.stdout.write(
             f"inference worker {transport.worker_id}: {engine.runner.n_seq_max} sequences, "
-            f"{engine.runner.n_ctx} KV cells, up to {engine.runner.max_seq_tokens} tokens each"
+            f"{engine.runner.n_ctx} KV cells, up to {engine.runner.max_seq_tokens} tokens each, "
+            f"streams kept at {settings.QASSIST_MIN_STREAM_SPEED:g} tokens/s or more"
         )
         worker.maybe_heartbeat(force=True)
         heartbeat = threading.Thread(target=worker.heartbeat_forever, name="heartbeat", daemon=True)

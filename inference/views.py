@@ -1,0 +1,114 @@
+"""`GET /metrics` (Prometheus) and the staff status page: the engine's live numbers.
+
+Both read the engine client's health report, which carries every live worker's heartbeat
+snapshot (see `inference.metrics`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
+
+from inference import metrics
+from inference.service import get_engine_client
+
+HEALTH_TIMEOUT = 2.0
+
+
+async def _health() -> dict[str, Any]:
+    try:
+        health = await asyncio.wait_for(get_engine_client().health(), HEALTH_TIMEOUT)
+    except Exception as exc:  # Redis down, engine still loading: metrics say so, no traceback
+        return {"ok": False, "workers": [], "error": f"{type(exc).__name__}: {exc}"}
+    return health if isinstance(health, dict) else {"ok": False, "workers": []}
+
+
+def _allowed(request: HttpRequest) -> bool:
+    """Loopback callers (a Prometheus on the same machine), the configured networks, staff."""
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        address = None
+    if address is not None and (
+        address.is_loopback
+        or any(address in ipaddress.ip_network(n) for n in settings.QASSIST_METRICS_NETWORKS)
+    ):
+        return True
+    user = getattr(request, "user", None)
+    return bool(user is not None and user.is_active and user.is_staff)
+
+
+@never_cache
+@require_safe
+async def metrics_view(request: HttpRequest) -> HttpResponse:
+    allowed = await sync_to_async(_allowed)(request)
+    if not allowed:
+        return JsonResponse(
+            {"error": "forbidden", "message": "Metrics are for staff and the monitoring host."},
+            status=403,
+        )
+    health = await _health()
+    body = await sync_to_async(metrics.render)(health)
+    return HttpResponse(body, content_type=metrics.CONTENT_TYPE)
+
+
+def _summary(health: dict[str, Any]) -> dict[str, Any]:
+    workers = [w for w in health.get("workers") or [] if isinstance(w, dict)]
+    rows = []
+    for w in workers:
+        steps_seconds = float(w.get("step_seconds") or 0.0)
+        generated = int(w.get("generated_tokens") or 0)
+        rows.append(
+            {
+                "id": w.get("id", "embedded"),
+                "running": w.get("running", 0),
+                "waiting": w.get("waiting", 0),
+                "sequences": w.get("sequences", w.get("slots", 0)),
+                "sequences_in_use": w.get("sequences_in_use", 0),
+                "running_limit": w.get("running_limit", 0),
+                "speed": w.get("predicted_stream_speed"),
+                "tokens_per_second": round(generated / steps_seconds, 1) if steps_seconds else 0,
+                "generated": generated,
+                "prefilled": w.get("prefill_tokens", 0),
+                "reused": w.get("reused_tokens", 0),
+                "restored": w.get("restored_tokens", 0),
+                "host_cache_mb": round(int(w.get("host_cache_bytes") or 0) / 2**20, 1),
+                "host_cache_entries": w.get("host_cache_entries", 0),
+                "errors": w.get("errors", {}),
+                "draining": w.get("draining", False),
+            }
+        )
+    return {
+        "ok": bool(health.get("ok")),
+        "mode": health.get("mode", ""),
+        "error": health.get("error") or health.get("state") or "",
+        "queued": health.get("queued"),
+        "workers": rows,
+        "refusals": sorted(metrics.refusal_counts().items()),
+    }
+
+
+@staff_member_required
+@never_cache
+@require_safe
+def engine_status(request: HttpRequest) -> HttpResponse:
+    """The engine at a glance for staff; `?format=json` for the same numbers as JSON."""
+    from asgiref.sync import async_to_sync
+
+    summary = _summary(async_to_sync(_health)())
+    if request.GET.get("format") == "json":
+        return JsonResponse(summary)
+    return render(
+        request,
+        "inference/status.html",
+        {"summary": summary, "title": "Inference engine", "refresh": 5},
+    )
