@@ -38,6 +38,8 @@ _CHATML = (
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
 _MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 
+REPEAT_LAST_N = 64  # generated tokens the repetition penalty looks back on
+
 
 class RunnerError(RuntimeError):
     pass
@@ -385,18 +387,26 @@ class LlamaRunner:
         p = req.params
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         add = llama_cpp.llama_sampler_chain_add
-        if p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
-            add(
-                chain,
-                llama_cpp.llama_sampler_init_penalties(
-                    64, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
-                ),
-            )
+
+        def penalties() -> None:
+            # This llama.cpp takes the vocabulary size first (its llama.h), as the bindings say.
+            if p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
+                penalty = llama_cpp.llama_sampler_init_penalties(
+                    self.n_vocab,
+                    REPEAT_LAST_N,
+                    p.repeat_penalty,
+                    p.frequency_penalty,
+                    p.presence_penalty,
+                )
+                add(chain, penalty)
+
         if p.temperature <= 0.0:
+            penalties()
             add(chain, llama_cpp.llama_sampler_init_greedy())
             return chain
         if p.top_k > 0:
             add(chain, llama_cpp.llama_sampler_init_top_k(p.top_k))
+        penalties()  # after top-k: over the whole vocabulary it costs milliseconds a token
         add(chain, llama_cpp.llama_sampler_init_top_p(p.top_p, 1))
         add(chain, llama_cpp.llama_sampler_init_temp(p.temperature))
         seed = p.seed if p.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED

@@ -10,6 +10,7 @@ from django.conf import settings
 
 from inference import modelstore
 from inference.engine import Engine
+from inference.hostcache import common_prefix_len
 from inference.local import LocalEngineClient
 from inference.types import ChatMessage, Delta, Done, Failed, SamplingParams
 from inference.worker import Submission
@@ -144,3 +145,115 @@ async def test_a_prompt_longer_than_the_context_gets_an_error_not_a_crash(local_
     assert events[-1].code == "prompt_too_long"
     _, events = await reply(client, sub("Say hi."))  # the engine is still serving
     assert isinstance(events[-1], Done)
+
+
+# --- the host-memory cache and the default sampling path, on the real model -------------------
+
+
+def make_cached_engine(n_seq_max=1, host_cache_bytes=256 * 2**20) -> Engine:
+    from inference.runner import LlamaRunner
+
+    runner = LlamaRunner(
+        model_path(),
+        n_seq_max=n_seq_max,
+        n_ctx=4096,
+        max_batch_tokens=128,
+        n_threads=2,
+        max_seq_tokens=1024,
+    )
+    return Engine(runner, max_batch_tokens=128, max_queue=16, host_cache_bytes=host_cache_bytes)
+
+
+@pytest.fixture
+def engines():
+    made: list[Engine] = []
+
+    def make(**kwargs):
+        engine = make_cached_engine(**kwargs)
+        made.append(engine)
+        return engine
+
+    yield make
+    for engine in made:
+        engine.runner.close()
+
+
+def turn(engine, rid, history, text, params=None, tenant="acme"):
+    """One turn run to the end on a synchronously stepped engine: (messages, done, tokens)."""
+    messages = [*history, ChatMessage("user", text)]
+    params = params or SamplingParams(max_tokens=40, temperature=0)
+    assert engine.add_request(rid, messages, params, tenant=tenant) == []
+    request = engine.scheduler.get(rid)
+    assert request is not None
+    reply, done = "", None
+    while engine.has_work:
+        for event in engine.step():
+            if isinstance(event, Delta) and event.request_id == rid:
+                reply += event.text
+            elif isinstance(event, Done) and event.request_id == rid:
+                done = event
+    assert isinstance(done, Done)
+    turn.last_request = request  # type: ignore[attr-defined]
+    return [*messages, ChatMessage("assistant", reply)], done, list(request.output_tokens)
+
+
+def test_a_conversation_restored_from_host_memory_continues_exactly_as_a_kept_one(engines):
+    kept = engines()
+    history, first, _ = turn(kept, "k1", [], "Name three rivers of Europe.")
+    _, kept_done, kept_tokens = turn(kept, "k2", history, "Which one is the longest?")
+    assert kept_done.cached_tokens == first.prompt_tokens + first.completion_tokens - 1
+
+    restored = engines()
+    history2, _, _ = turn(restored, "r1", [], "Name three rivers of Europe.")
+    assert history2 == history
+    turn(restored, "other", [], "What is the boiling point of water?")  # takes the sequence
+    runner = restored.runner
+    assert runner.saved_bytes > 0
+    _, restored_done, restored_tokens = turn(restored, "r2", history, "Which one is the longest?")
+    assert restored.stats.restored_tokens == restored_done.cached_tokens
+    assert restored_done.cached_tokens == kept_done.cached_tokens  # same batch shape after it
+    assert restored_tokens == kept_tokens  # the very same tokens at temperature 0
+
+
+def test_without_the_host_cache_the_returning_conversation_is_recomputed(engines):
+    engine = engines(host_cache_bytes=0)
+    history, _, _ = turn(engine, "a1", [], "Name three rivers of Europe.")
+    turn(engine, "other", [], "What is the boiling point of water?")
+    _, done, _ = turn(engine, "a2", history, "Which one is the longest?")
+    assert done.cached_tokens < 10  # at most the template's opening, nothing of the history
+
+
+def test_a_regenerated_turn_reuses_only_the_common_prefix(engines):
+    engine = engines()
+    history, _, _ = turn(engine, "a1", [], "Name three rivers of Europe.")
+    _, old_turn, _ = turn(engine, "a2", history, "Which one is the longest?")
+    old = turn.last_request  # type: ignore[attr-defined]
+    turn(engine, "other", [], "What is the boiling point of water?")  # history saved to host
+    _, redo, _ = turn(engine, "a2b", history, "Which one is the shortest?")
+    new = turn.last_request  # type: ignore[attr-defined]
+    # Exactly the tokens both prompts share come back; the edited message is computed.
+    common = common_prefix_len(old.kv_tokens(), new.prompt_tokens)
+    assert old_turn.cached_tokens <= common < old_turn.prompt_tokens
+    assert redo.cached_tokens == common
+    assert engine.stats.restored_tokens == common
+    assert redo.finish_reason in {"stop", "length"}
+
+
+def test_the_default_sampling_path_is_seeded_and_varies_with_the_seed(engines):
+    engine = engines(n_seq_max=4)
+
+    def sample(seed, rid):
+        params = SamplingParams(
+            max_tokens=32, temperature=0.7, top_k=40, top_p=0.95, repeat_penalty=1.1, seed=seed
+        )
+        assert not params.greedy
+        _, done, tokens = turn(engine, rid, [], "Write one sentence about the sea.", params)
+        assert done.finish_reason in {"stop", "length"}
+        return tokens
+
+    first, again = sample(1234, "s1"), sample(1234, "s2")
+    assert first == again  # the same seed draws the same tokens
+    others = [sample(seed, f"o{seed}") for seed in (1, 2, 3)]
+    assert any(tokens != first for tokens in others)  # other seeds draw other replies
+    text = b"".join(engine.runner.token_bytes(t) for t in first).decode("utf-8", "replace")
+    assert sum(ch.isalpha() for ch in text) > len(text) / 3  # words, not noise
