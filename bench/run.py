@@ -200,6 +200,11 @@ def qassist_env(workdir: Path, model: Path, args: argparse.Namespace) -> dict[st
             # that neither the baseline nor llama-server does.
             "QASSIST_GENERATE_TITLES": os.environ.get("BENCH_TITLES", "0"),
             "QASSIST_MAX_QUEUE": "256",
+            # One bench user holds every client's socket and stream.
+            "QASSIST_USER_MAX_STREAMS": "1000",
+            "QASSIST_WS_MAX_PER_USER": "1000",
+            # The machine is shared: a step slowed by other processes is not a dead worker.
+            "QASSIST_WORKER_HEARTBEAT_SECONDS": "30",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "LOG_LEVEL": "WARNING",
         }
