@@ -4,6 +4,7 @@
     python -m bench.company --scenario turns          # 32 conversations x 6 turns, 16 sequences,
                                                       # host cache on, then off
     python -m bench.company --scenario fairness       # tenant A sends 40, then tenant B 4
+    python -m bench.company --scenario long           # 8 streams, then a 2,000-token prompt
 
 - **company**: U employees of one tenant whose system prompt is about 350 tokens, each holding
   a conversation of `--turns` turns with a think time of 0.5-2 s (seeded) between a reply and
@@ -16,6 +17,8 @@
   follow-up turns found their history (the worker's counters).
 - **fairness**: tenant A's 40 employees each send one request at once, then tenant B's 4 do;
   equal weights. Prints the order in which replies started.
+- **long**: 8 streams decoding (16 sequences); their inter-token gaps over 8 s alone, then while
+  a 2,000-token prompt is prefilled (from its send to its first token), and its TTFT.
 
 Every number comes from outside (clients timing their streams), except the warm-turn counts,
 which are the worker's. Prints markdown tables; paste them into docs/BENCHMARKS.md.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -151,7 +155,13 @@ def make_accounts(env: dict[str, str], tenants: dict[str, tuple[int, str]]) -> d
 
 
 async def ws_conversation(
-    url: str, origin: str, cookie: str, user: int, messages: list[str], think: bool = True
+    url: str,
+    origin: str,
+    cookie: str,
+    user: int,
+    messages: list[str],
+    think: bool = True,
+    stamps: list[float] | None = None,
 ) -> list[Turn]:
     rng = random.Random(1000 + user)
     turns: list[Turn] = []
@@ -172,8 +182,11 @@ async def ws_conversation(
                 kind = frame["type"]
                 if kind == "reply.start":
                     session = frame["session"]["id"]
-                elif kind == "delta" and first is None:
-                    first = time.perf_counter()
+                elif kind == "delta":
+                    now = time.perf_counter()
+                    first = first or now
+                    if stamps is not None:
+                        stamps.append(now)
                 elif kind == "error" and "reply_id" not in frame:
                     turns.append(Turn(user, i, 0, 0, 0, sent, sent, frame["message"]))
                     return turns
@@ -427,6 +440,79 @@ def qassist_fairness(model: Path, args: argparse.Namespace) -> list[tuple[str, f
         return result
 
 
+# --- long prompt: running streams while a 2,000-token prompt is prefilled ----------------------
+
+LONG_REPLY = "Write a detailed, step by step guide to onboarding a new warehouse employee."
+
+
+def qassist_long_prompt(model: Path, args: argparse.Namespace) -> str:
+    with tempfile.TemporaryDirectory(prefix="qassist-long-") as tmp:
+        q = Qassist(
+            model,
+            args,
+            Path(tmp),
+            QASSIST_PARALLEL="16",
+            QASSIST_MIN_STREAM_SPEED="0",
+            QASSIST_DEFAULT_MAX_TOKENS="200",
+        )
+        cookies = make_accounts(q.env, {"acme": (9, "")})["acme"]
+        long_text = (COMPANY_SYSTEM_PROMPT + "\n\n") * 6 + "Summarise the text above in one line."
+
+        def scenario(q: Qassist, base: str, ws_url: str) -> str:
+            asyncio.run(ws_conversation(ws_url, base, cookies[0], 0, ["Say OK."], think=False))
+
+            async def phase(with_long: bool) -> tuple[list[float], Turn | None, float]:
+                stamps: list[list[float]] = [[] for _ in range(8)]
+                tasks = [
+                    asyncio.create_task(
+                        ws_conversation(ws_url, base, cookies[i], i, [LONG_REPLY], False, stamps[i])
+                    )
+                    for i in range(8)
+                ]
+                await asyncio.sleep(4.0)  # the eight streams are decoding
+                started = time.perf_counter()
+                long_turn = None
+                if with_long:
+                    [long_turn] = await ws_conversation(
+                        ws_url, base, cookies[8], 8, [long_text], False
+                    )
+                    window = (long_turn.sent_at, long_turn.first_at)
+                else:
+                    await asyncio.sleep(8.0)
+                    window = (started, time.perf_counter())
+                await asyncio.gather(*tasks)
+                gaps = [
+                    b - a
+                    for s in stamps
+                    for a, b in itertools.pairwise(s)
+                    if window[0] <= b <= window[1]
+                ]
+                return sorted(gaps), long_turn, window[1] - window[0]
+
+            def p(values: list[float], q: float) -> float:
+                if not values:
+                    return float("nan")
+                return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+            base_gaps, _, base_window = asyncio.run(phase(False))
+            load_gaps, long_turn, window = asyncio.run(phase(True))
+            assert long_turn is not None
+            return (
+                "| | inter-token p50 | p99 | gaps measured | window |\n|---|---|---|---|---|\n"
+                f"| 8 streams alone | {p(base_gaps, 0.5) * 1000:.0f} ms | "
+                f"{p(base_gaps, 0.99) * 1000:.0f} ms | {len(base_gaps)} | {base_window:.1f} s |\n"
+                f"| 8 streams while a 2,000-token prompt is prefilled | "
+                f"{p(load_gaps, 0.5) * 1000:.0f} ms | {p(load_gaps, 0.99) * 1000:.0f} ms | "
+                f"{len(load_gaps)} | {window:.1f} s |\n\n"
+                f"The long prompt's TTFT: {long_turn.ttft:.2f} s "
+                f"(error: {long_turn.error or 'none'}); p99 ratio "
+                f"{p(load_gaps, 0.99) / p(base_gaps, 0.99):.2f}; load {loadavg()}"
+            )
+
+        result: str = q.run(scenario)
+        return result
+
+
 # --- report ------------------------------------------------------------------------------------
 
 
@@ -475,7 +561,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
-    parser.add_argument("--scenario", choices=["company", "turns", "fairness"], default="company")
+    parser.add_argument(
+        "--scenario", choices=["company", "turns", "fairness", "long"], default="company"
+    )
     parser.add_argument("--users", default="16,32,50")
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=128)
@@ -504,6 +592,9 @@ def main() -> None:
         b_positions = [i + 1 for i, (who, _) in enumerate(order) if who == "B"]
         print(f"start order: {sequence}")
         print(f"B's requests started at positions {b_positions} of {len(order)}")
+        return
+    if args.scenario == "long":
+        print(qassist_long_prompt(model, args))
         return
     if args.scenario == "turns":
         print(markdown(qassist_turns(model, args)))

@@ -327,6 +327,9 @@ class Engine:
         started = time.perf_counter()
         events = self.expire_waiting()
         self.scheduler.max_running = self.governor.limit()
+        self.scheduler.prompt_budget = self.governor.prompt_allowance(
+            self.num_running, self.scheduler.max_batch_tokens
+        )
         out = self.scheduler.schedule()
         self._track_saved(out)
         for request in out.admitted:

@@ -244,6 +244,8 @@ class Scheduler:
         self.max_batch_tokens = max_batch_tokens
         # How many requests run together: the engine lowers or raises it (the speed floor).
         self.max_running = min(max_running or n_seq_max, n_seq_max)
+        # Prompt tokens one step may carry: the engine lowers it while streams decode.
+        self.prompt_budget = max_batch_tokens
         self.waiting = WaitingQueue(max_queue, policy, aging=aging)
         self.host = HostCache(host_cache_tokens) if host_cache_tokens > 0 else None
         self.running: list[Request] = []
@@ -341,6 +343,7 @@ class Scheduler:
             out.admitted.append(head)
 
         # Replies' prompts before background work's, each in order of admission.
+        budget = min(budget, self.prompt_budget)
         for req in sorted(self.running, key=lambda r: r.background):
             if budget <= 0:
                 break

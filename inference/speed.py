@@ -12,12 +12,17 @@ prompt tokens steps carry on average, stays within `1 / floor` seconds:
 It never goes below `minimum` (someone must be served) nor above the context's sequences. Until
 enough steps were seen it stays at `initial`. Requests already running are never preempted: a
 lower limit only stops admitting until streams finish.
+
+The same line bounds the prompt tokens a step carries while streams decode (`prompt_allowance`):
+a long prompt is prefilled in chunks that keep each step within twice its decode-only time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+STRETCH = 2.0  # a step carrying prompt tokens takes at most this many times one without
+MIN_PROMPT_CHUNK = 16  # prompt tokens a step may always carry, so prompts always progress
 DECAY = 0.98  # weight kept by an older step at each new one: about the last 50 steps count
 MIN_STEPS = 20  # steps observed before the measured limit replaces the initial one
 
@@ -98,6 +103,18 @@ class SpeedGovernor:
             return None
         fixed, per_decode, per_prompt = fit
         return 1.0 / (fixed + per_decode * streams + per_prompt * self.model.mean_prompt)
+
+    def prompt_allowance(self, decoding: int, budget: int) -> int:
+        """Prompt tokens one step may carry beside `decoding` decode tokens: as many as keep
+        the step within STRETCH times its decode-only time, so a long prompt being prefilled
+        slows running streams at most that much (it is spread over more steps instead)."""
+        fit = self.model.coefficients()
+        if decoding <= 0 or fit is None or self.model.steps_seen < MIN_STEPS:
+            return budget
+        fixed, per_decode, per_prompt = fit
+        decode_only = fixed + per_decode * decoding
+        allowance = int((STRETCH - 1.0) * decode_only / per_prompt)
+        return max(MIN_PROMPT_CHUNK, min(budget, allowance))
 
     def limit(self) -> int:
         if self.floor <= 0:

@@ -470,3 +470,42 @@ def test_restore_decisions_come_before_the_batch_that_uses_them():
     assert back.num_restored == 60
     assert out.prefills[0].start == 60
     assert back.status is RequestStatus.RUNNING
+
+
+def test_a_long_prompt_is_spread_so_running_streams_steps_stay_within_twice_their_time():
+    runner = FakeRunner(
+        n_seq_max=32, n_ctx=100_000, reply_for=lambda p: "y" * (300 if p.startswith("s") else 5)
+    )
+    runner.step_seconds = cost
+    engine = make_engine(runner, max_batch_tokens=256, max_queue=64)
+    params = SamplingParams(temperature=0)
+    for i in range(16):
+        engine.add_request(f"s{i}", [ChatMessage("user", f"s{i}")], params)
+    for _ in range(40):  # the sixteen stream; the engine learns its step times
+        engine.step()
+    assert engine.num_running == 16
+    assert engine.add_request("long", [ChatMessage("user", "x" * 900)], params) == []
+    decode_only = cost(16, 0)
+    chunks = []
+    long = engine.scheduler.get("long")
+    assert long is not None
+    while not long.output_tokens:
+        engine.step()
+        batch = runner.batches[-1]
+        chunk = sum(n for rid, n in batch.prefills if rid == "long")
+        if chunk:
+            chunks.append(chunk)
+            assert len(batch.decodes) == 16  # every stream got its token in that step too
+            # Within twice the decode-only time (the fitted line is an estimate: 3% slack).
+            assert cost(len(batch.decodes), chunk) <= 2 * decode_only * 1.03
+    assert sum(chunks) > 900  # the whole prompt, in many small chunks
+    assert max(chunks) in (35, 36)  # 0.141 s / 0.004 s: a step of about twice the time
+
+
+def test_with_nothing_running_a_prompt_gets_the_whole_step():
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
+    for i in range(100):
+        g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, i % 7))
+    assert g.prompt_allowance(0, 256) == 256
+    assert g.prompt_allowance(16, 256) in (35, 36)  # 0.141 s of prompt tokens at 4 ms
+    assert g.prompt_allowance(1, 256) == 16  # never below a minimum chunk: prompts progress
