@@ -76,8 +76,9 @@ class StepModel:
         if self.steps_seen == 0:
             return None
         fit = _solve3(self._xtx, self._xty)
-        if fit is not None and fit[0] >= 0 and fit[1] > 0 and fit[2] >= 0:
-            return fit[0], fit[1], fit[2]
+        # Rounding can make an exact zero slightly negative: a microsecond is zero here.
+        if fit is not None and fit[0] >= -1e-6 and fit[1] > 0 and fit[2] >= -1e-6:
+            return max(0.0, fit[0]), fit[1], max(0.0, fit[2])
         # Too little variety in the steps seen (all decode, or decode and prompt sizes moving
         # together), or a noisy fit: charge the whole step time per token (cautious).
         per_token = self._seconds / max(self._decode + self._prompt, 1.0)
@@ -112,6 +113,8 @@ class SpeedGovernor:
         if decoding <= 0 or fit is None or self.model.steps_seen < MIN_STEPS:
             return budget
         fixed, per_decode, per_prompt = fit
+        if per_prompt <= 0:
+            return budget  # prompt tokens measured as free: nothing to spread
         decode_only = fixed + per_decode * decoding
         allowance = int((STRETCH - 1.0) * decode_only / per_prompt)
         return max(MIN_PROMPT_CHUNK, min(budget, allowance))

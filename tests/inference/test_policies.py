@@ -509,3 +509,10 @@ def test_with_nothing_running_a_prompt_gets_the_whole_step():
     assert g.prompt_allowance(0, 256) == 256
     assert g.prompt_allowance(16, 256) in (35, 36)  # 0.141 s of prompt tokens at 4 ms
     assert g.prompt_allowance(1, 256) == 16  # never below a minimum chunk: prompts progress
+
+
+def test_prompt_tokens_measured_as_free_leave_the_whole_step_to_prompts():
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
+    for i in range(100):  # step time depends on decode tokens only
+        g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, 0))
+    assert g.prompt_allowance(16, 256) == 256
