@@ -179,3 +179,11 @@ def test_the_status_page_is_for_staff_only(client: Client, member: User) -> None
     response = client.get("/admin/engine/")
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]
+
+
+def test_the_admin_index_links_to_the_status_page(client: Client) -> None:
+    staff = User.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    client.force_login(staff)
+    page = client.get("/admin/").content.decode()
+    assert 'href="/admin/engine/"' in page
+    assert "Site administration" in page  # still Django's own index around it
