@@ -99,8 +99,12 @@ class Engine:
             host_cache_tokens=host_tokens,
         )
         ceiling = self.scheduler.max_running
+        # Between `initial_running` (16) and the context's sequences: the floor decides how many
+        # more than 16 run, never fewer (on a slow or shared machine, fewer would only make
+        # people wait in the queue).
+        base = min(initial_running, ceiling)
         self.governor = SpeedGovernor(
-            floor=min_stream_speed, maximum=ceiling, initial=min(initial_running, ceiling)
+            floor=min_stream_speed, maximum=ceiling, initial=base, minimum=base
         )
         self.scheduler.max_running = self.governor.limit()
         self.stats = EngineStats()

@@ -257,19 +257,37 @@ def test_the_engine_runs_fewer_streams_when_steps_get_slower():
     runner = FakeRunner(
         n_seq_max=48, n_ctx=100_000, reply_for=lambda p: "y" * (40 + 37 * int(p[1:]) % 160)
     )
-    runner.step_seconds = lambda d, p: 2 * cost(d, p)
+    runner.step_seconds = cost
+    engine = make_engine(
+        runner, max_batch_tokens=256, max_queue=64, min_stream_speed=5.0, initial_running=4
+    )
+    for i in range(60):
+        engine.add_request(f"r{i}", [ChatMessage("user", f"q{i}")], SamplingParams(temperature=0))
+    for _ in range(80):
+        engine.step()
+    assert engine.num_running > 16  # fast steps: more than 16 streams keep 5 tokens/s
+    runner.step_seconds = lambda d, p: 2 * cost(d, p)  # the machine gets twice as slow
+    steps = 0
+    while engine.has_work and engine.num_running > 9:
+        engine.step()  # running streams are never preempted; finished ones are not replaced
+        steps += 1
+    assert engine.has_work
+    assert engine.governor.limit() <= 9  # 2 x (0.045 + 0.006 N) <= 1/5 s: N = 9
+    while engine.has_work:
+        engine.step()
+        assert engine.num_running <= 9
+
+
+def test_the_floor_never_runs_fewer_than_the_initial_sequences():
+    runner = FakeRunner(n_seq_max=48, n_ctx=100_000, reply_for=lambda p: "y" * 100)
+    runner.step_seconds = lambda d, p: 10 * cost(d, p)  # far too slow for 5 tokens/s
     engine = make_engine(runner, max_batch_tokens=256, max_queue=64, min_stream_speed=5.0)
-    for i in range(40):
+    for i in range(30):
         engine.add_request(f"r{i}", [ChatMessage("user", f"q{i}")], SamplingParams(temperature=0))
     for _ in range(60):
         engine.step()
-    assert engine.num_running <= 16  # never preempted, but finished ones are not replaced...
-    while engine.has_work:
-        engine.step()
-        # ...beyond 9, where a step of decodes alone takes 1/5 s.
-        assert engine.num_running <= 16 or engine.num_running <= 9
-        if engine.governor.model.steps_seen > 100:
-            assert engine.scheduler.max_running <= 9
+        assert engine.num_running <= 16
+    assert engine.governor.limit() == 16  # slower streams, but no longer queues than before
 
 
 # --- tenant isolation of KV reuse -------------------------------------------------------------
