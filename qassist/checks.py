@@ -220,7 +220,7 @@ def check_scheduling(app_configs: AppConfigs = None, **kwargs: Any) -> list[Chec
                 Error(
                     f"QASSIST_METRICS_NETWORKS holds {network!r}, which is not a network.",
                     hint="Comma-separated CIDR networks, e.g. 10.0.0.0/8,192.168.1.5/32.",
-                    id="qassist.E006",
+                    id="qassist.E007",
                 )
             )
     aging, wait = values[0], values[1]

@@ -311,5 +311,5 @@ def test_aging_must_come_before_the_wait_bound(settings: Settings) -> None:
 def test_a_metrics_network_that_is_not_one_is_an_error(settings: Settings) -> None:
     settings.QASSIST_METRICS_NETWORKS = ["10.0.0.0/8", "intranet"]
     messages = checks.check_scheduling()
-    assert ids(messages) == ["qassist.E006"]
+    assert ids(messages) == ["qassist.E007"]
     assert "intranet" in messages[0].msg
