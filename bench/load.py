@@ -308,7 +308,7 @@ def main() -> None:
     parser.add_argument("--think", default="1,6", help="seconds between requests: min,max")
     parser.add_argument("--redis", default="", help="Redis mode on this Redis (else embedded)")
     parser.add_argument("--max-queue", type=int, default=16)
-    parser.add_argument("--parallel", type=int, default=16)
+    parser.add_argument("--parallel", type=int, default=48)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
@@ -325,7 +325,7 @@ def main() -> None:
             QASSIST_MODEL=args.model,
             QASSIST_MODELS_DIR=str(ROOT / "models"),
             QASSIST_PARALLEL=str(args.parallel),
-            QASSIST_CONTEXT_SIZE=str(args.parallel * 1024),
+            QASSIST_CONTEXT_SIZE=str(max(16384, args.parallel * 512)),
             QASSIST_THREADS=str(args.threads),
             QASSIST_MAX_QUEUE=str(args.max_queue),
             QASSIST_DEFAULT_MAX_TOKENS=str(args.max_tokens),

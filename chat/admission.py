@@ -26,6 +26,7 @@ from django.conf import settings
 from chat import services
 from chat.models import CachedReply
 from chat.services import Turn, TurnPlan
+from inference import metrics
 from inference.service import get_prompt_counter
 from inference.types import ChatMessage, SamplingParams
 from inference.worker import Submission
@@ -133,8 +134,31 @@ def admit(
     conversation_id: str = "",
     cacheable: bool = True,
 ) -> Ticket:
-    """Admit one request or raise Refused. Writes nothing but the limit counters (and, for a
-    refusal, a usage record saying why)."""
+    """Admit one request or raise Refused (counted in /metrics by reason and tenant). Writes
+    nothing but the limit counters (and, for a refusal, a usage record saying why)."""
+    try:
+        return _admit(
+            principal=principal,
+            conversation=conversation,
+            params=params,
+            background=background,
+            conversation_id=conversation_id,
+            cacheable=cacheable,
+        )
+    except Refused as exc:
+        metrics.record_refusal(reason=exc.reason, tenant=principal.tenant.slug)
+        raise
+
+
+def _admit(
+    *,
+    principal: Principal,
+    conversation: Sequence[ChatMessage],
+    params: SamplingParams,
+    background: bool = False,
+    conversation_id: str = "",
+    cacheable: bool = True,
+) -> Ticket:
     tenant = Tenant.objects.filter(pk=principal.tenant.pk, active=True).first()
     if tenant is None:
         raise Refused("tenant_inactive", "This tenant is not active.")

@@ -67,6 +67,7 @@ class KeptText:
     text: str
     tokens: list[int]
     trust: TrustMap
+    tenant: str = ""  # tokens are handed on within a tenant only, like the KV itself
 
 
 class Engine:
@@ -132,8 +133,9 @@ class Engine:
         queue before this engine saw it, counted towards its wait bound and time to first
         token."""
         try:
-            request = self._make_request(request_id, messages, params, priority, background)
-            request.tenant = tenant
+            request = self._make_request(
+                request_id, messages, params, priority, background, tenant=tenant
+            )
         except EngineError as exc:
             self.stats.count_error(exc.code.value)
             return [failed(request_id, exc)]
@@ -162,6 +164,7 @@ class Engine:
         params: SamplingParams,
         priority: int,
         background: bool = False,
+        tenant: str = "",
     ) -> Request:
         params.check()
         if not messages:
@@ -173,7 +176,7 @@ class Engine:
                 ErrorCode.INVALID_REQUEST, f"cannot format the conversation: {exc}"
             ) from exc
         text = prompt_text(parts)
-        prompt = self._tokenize_prompt(parts, text)
+        prompt = self._tokenize_prompt(parts, text, tenant)
         limit = self.runner.max_seq_tokens
         if len(prompt) >= limit:
             raise EngineError(
@@ -192,9 +195,10 @@ class Engine:
             prompt_text=text,
             prompt_parts=parts,
             background=background,
+            tenant=tenant,
         )
 
-    def _tokenize_prompt(self, parts: list[PromptPart], text: str) -> list[int]:
+    def _tokenize_prompt(self, parts: list[PromptPart], text: str, tenant: str = "") -> list[int]:
         """Tokens for a rendered prompt, reusing a kept sequence's exact tokens when its text is
         a prefix. A follow-up turn's prompt holds the previous reply as text; tokenising that
         text afresh can give other tokens than the ones generated (" Cor" "io" "b" vs " Cor"
@@ -203,6 +207,7 @@ class Engine:
         for kept in self._kept_texts():
             if (
                 (best is None or len(kept.text) > len(best.text))
+                and kept.tenant == tenant
                 and text.startswith(kept.text)
                 and trust_map(parts, len(kept.text)) == kept.trust
             ):
@@ -250,7 +255,7 @@ class Engine:
         text = request.prompt_text + reply
         # The reply is a message content: it is never trusted either.
         trust = trust_map([*request.prompt_parts, PromptPart(reply, trusted=False)], len(text))
-        self._kept[request.seq_id] = KeptText(text, request.kv_tokens(), trust)
+        self._kept[request.seq_id] = KeptText(text, request.kv_tokens(), trust, request.tenant)
 
     def abort(self, request_id: str) -> list[Event]:
         request = self.scheduler.get(request_id)

@@ -97,6 +97,7 @@ class EngineWorker:
         self._last_heartbeat = 0.0
         self.started_at = time.time()
         self.last_progress = time.monotonic()  # when the loop last began an iteration
+        self._snapshot: dict[str, Any] = self.status()  # the latest, for the beat thread
 
     def run_once(self) -> None:
         self.last_progress = time.monotonic()
@@ -138,10 +139,12 @@ class EngineWorker:
             self.transport.publish(events)
 
     def maybe_heartbeat(self, *, force: bool = False) -> None:
+        """On the engine's thread: beat with fresh numbers when one is due."""
         now = time.monotonic()
         if force or now - self._last_heartbeat >= self.heartbeat_interval:
             self._last_heartbeat = now
-            self.transport.heartbeat(self.status())
+            self._snapshot = self.status()
+            self.transport.heartbeat(self._snapshot)
 
     def status(self) -> dict[str, Any]:
         """The engine's live numbers and counters (see `Engine.status`), sent with every
@@ -163,7 +166,9 @@ class EngineWorker:
             if time.monotonic() - self.last_progress > stall_seconds:
                 continue
             try:
-                self.maybe_heartbeat(force=True)
+                # The numbers the engine's thread last took: reading the engine's counters
+                # from here, while it steps, could catch a dict changing size.
+                self.transport.heartbeat({**self._snapshot, "time": time.time()})
             except TransportUnavailable:
                 pass  # the loop notices too, ends what it runs and reconnects
             except Exception:

@@ -18,6 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from chat.models import ChatSession
+from inference import metrics
 from tenants.limits import Limiter, set_limiter
 from tenants.models import ApiKey, Tenant, UsageRecord
 from tenants.services import Principal, limits_plan
@@ -164,9 +165,12 @@ async def test_a_spent_daily_quota_refuses_on_the_websocket_with_quota_exceeded(
 async def test_a_limit_changed_in_the_admin_applies_to_the_next_request(
     engine: FakeEngine, api_key: tuple[ApiKey, str], tenant: Tenant
 ) -> None:
+    metrics.use_memory()
     await set_limits(tenant, requests_per_minute=1)
     assert (await post(api_key[1], ask("one"))).status_code == 200
     assert (await post(api_key[1], ask("two"))).status_code == 429
+    # ... and /metrics counts the refusal by the limit's name and the tenant.
+    assert metrics.refusal_counts() == {("requests_per_minute", "acme"): 1}
     await set_limits(tenant, requests_per_minute=5)
     assert (await post(api_key[1], ask("three"))).status_code == 200
 

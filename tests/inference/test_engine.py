@@ -253,3 +253,18 @@ def test_a_message_typed_to_look_like_a_kept_conversation_does_not_borrow_its_to
     done = dones(run(engine))["b"]
     # The scheduler still shares the tokens that are equal ("<user>" and "x"), no more.
     assert done.cached_tokens == len(encode("<user>x"))
+
+
+def test_a_kept_conversations_tokens_are_not_handed_to_another_tenant():
+    # Tenant B sends exactly the conversation A had: equal text, equal trust. B tokenizes it
+    # afresh; A's generated tokens (and, at the scheduler, A's KV) stay A's.
+    runner = FakeRunner(n_seq_max=2, merge_pairs=True, reply_for=lambda _: "sure thing")
+    engine = make_engine(runner)
+    first = [ChatMessage("user", "hello there")]
+    engine.add_request("a1", first, SamplingParams(temperature=0), tenant="a")
+    reply = texts(run(engine))["a1"]
+    follow = [*first, ChatMessage("assistant", reply), ChatMessage("user", "and then?")]
+    engine.add_request("b1", follow, SamplingParams(temperature=0), tenant="b")
+    # The whole prompt was tokenized from its start, not only what follows A's kept text.
+    assert runner.tokenized_parts[-1][0] == PromptPart("<user>", trusted=True)
+    assert dones(run(engine))["b1"].cached_tokens == 0
