@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from inference.engine import Engine
+from inference.metrics import record_refusal
 from inference.types import Done, ErrorCode, Event, Failed, FinishReason
 from inference.worker import EngineWorker, Submission
 
@@ -50,6 +51,10 @@ class LocalTransport:
 
     def forget(self, request_id: str) -> None:
         self._listeners.pop(request_id, None)
+
+    def pending_count(self) -> int:
+        with self._cond:
+            return len(self._pending)
 
     # engine side
     def fetch(self, limit: int, timeout: float) -> Sequence[Submission]:
@@ -146,6 +151,16 @@ class LocalEngineClient:
                 sub.request_id, ErrorCode.WORKER_DOWN.value, f"The model is not running{reason}"
             )
             return
+        if self._queue_full():
+            # Told now, not after the engine's current step (seconds, on a busy machine).
+            record_refusal(reason="busy", tenant=sub.tenant)
+            yield Failed(
+                sub.request_id,
+                ErrorCode.BUSY.value,
+                "The assistant is at capacity; try again shortly.",
+                retry_after=self._engine_retry_after(),
+            )
+            return
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue[Event] = asyncio.Queue()
 
@@ -176,6 +191,21 @@ class LocalEngineClient:
             if not finished:
                 self.transport.cancel(sub.request_id)
             self.transport.forget(sub.request_id)
+
+    def _queue_full(self) -> bool:
+        """No sequence free and the queue full, counting what the engine has not fetched yet.
+        Read from this thread while the engine steps: lengths only, and the engine still
+        refuses exactly what it cannot queue."""
+        worker = self.worker
+        if worker is None:
+            return False
+        scheduler = worker.engine.scheduler
+        waiting = len(scheduler.waiting) + self.transport.pending_count()
+        return scheduler.free_slots <= 0 and waiting >= scheduler.waiting.max_size
+
+    def _engine_retry_after(self) -> float:
+        worker = self.worker
+        return worker.engine.retry_after() if worker is not None else 5.0
 
     async def cancel(self, request_id: str) -> None:
         self.transport.cancel(request_id)

@@ -1,0 +1,55 @@
+"""The embedded mode's engine client: a full queue is answered at once, not after a step."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from inference.local import LocalEngineClient
+from inference.types import ChatMessage, Done, Failed, SamplingParams
+from inference.worker import Submission
+from tests.fakes import FakeRunner, make_engine
+
+
+def sub(text: str) -> Submission:
+    return Submission(text, (ChatMessage("user", text),), SamplingParams(temperature=0))
+
+
+async def last_event(client: LocalEngineClient, text: str) -> object:
+    events = [e async for e in client.generate(sub(text))]
+    return events[-1]
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the engine never got there")
+
+
+async def test_a_full_queue_is_answered_busy_by_the_client_without_reaching_the_engine() -> None:
+    # One sequence and a queue of one, with slow steps: the first request runs, the second
+    # waits; the third is refused by the client itself, before the engine's next step.
+    runner = FakeRunner(n_seq_max=1, step_delay=0.05, reply_for=lambda _: "x" * 40)
+    client = LocalEngineClient(lambda: make_engine(runner, max_queue=1))
+    client.start()
+    assert client.wait_ready(5)
+    assert client.worker is not None
+    scheduler = client.worker.engine.scheduler
+    try:
+        first = asyncio.create_task(last_event(client, "go 1"))
+        await until(lambda: len(scheduler.running) == 1)
+        second = asyncio.create_task(last_event(client, "go 2"))
+        await until(lambda: len(scheduler.waiting) == 1)
+
+        third = await last_event(client, "go 3")
+
+        assert isinstance(third, Failed)
+        assert third.code == "busy"
+        assert third.retry_after is not None
+        assert "go 3" not in runner.prompts.values()  # the engine never saw it
+        assert isinstance(await first, Done)
+        assert isinstance(await second, Done)
+    finally:
+        client.stop(timeout=5)
