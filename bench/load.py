@@ -262,7 +262,9 @@ def report(run: Run, wall: float, db: dict[str, Any]) -> bool:
     if refusals:
         print(
             f"refusals answered in: p50 {pct(refusals, 0.5) * 1000:.0f} ms, "
-            f"max {max(refusals) * 1000:.0f} ms"
+            f"p95 {pct(refusals, 0.95) * 1000:.0f} ms, p99 {pct(refusals, 0.99) * 1000:.0f} ms, "
+            f"max {max(refusals) * 1000:.0f} ms; {sum(r >= 1.0 for r in refusals)} of "
+            f"{len(refusals)} took a second or more"
         )
     for name, samples in run.rss.items():
         start, end = samples[min(2, len(samples) - 1)][1], samples[-1][1]
