@@ -354,6 +354,11 @@ class Scheduler:
                 tokens = req.prompt_tokens[start : start + n]
                 out.prefills.append(PrefillChunk(req, req.seq_id, start, tokens))
                 budget -= n
+        if any(not chunk.request.background for chunk in out.prefills):
+            # A reply's prompt is being computed: background sequences sit this step out, so
+            # it is as short as it can be and the reply's first token comes sooner. They lose
+            # one step; nobody waits on them.
+            out.decodes = [d for d in out.decodes if not d.request.background]
         return out
 
     def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:

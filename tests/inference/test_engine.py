@@ -268,3 +268,24 @@ def test_a_kept_conversations_tokens_are_not_handed_to_another_tenant():
     # The whole prompt was tokenized from its start, not only what follows A's kept text.
     assert runner.tokenized_parts[-1][0] == PromptPart("<user>", trusted=True)
     assert dones(run(engine))["b1"].cached_tokens == 0
+
+
+def test_background_work_sits_out_the_steps_that_compute_a_replys_prompt():
+    runner = FakeRunner(n_seq_max=4, reply_for=lambda _: "b" * 30)
+    engine = make_engine(runner)
+    engine.add_request(
+        "title", [ChatMessage("user", "name it")], SamplingParams(temperature=0), background=True
+    )
+    events = []
+    for _ in range(12):  # the title is decoding
+        events.extend(engine.step())
+    ask(engine, "reply", "a question")
+    events.extend(run(engine))
+    steps_with_the_reply_prompt = [
+        b for b in runner.batches if any(p[0] == "reply" for p in b.prefills)
+    ]
+    assert steps_with_the_reply_prompt
+    assert all("title" not in b.decodes for b in steps_with_the_reply_prompt)
+    # ... and the background work still finishes, whole.
+    assert texts(events)["title"] == "b" * 30
+    assert texts(events)["reply"] == "b" * 30
