@@ -25,7 +25,7 @@ from chat.cache import get_index, normalize_question
 from chat.cached_replies import candidate_record
 from chat.language import same_language
 from chat.models import CachedReply, ChatSession, Message
-from inference.types import ChatMessage, SamplingParams
+from inference.types import ChatMessage, Done, Failed, SamplingParams
 from tenants.models import Tenant, UsageRecord
 
 MAX_MESSAGE_CHARS = 32_000
@@ -530,6 +530,19 @@ def reply_streaming_id(*, session: ChatSession) -> int | None:
         .values_list("id", flat=True)
         .first()
     )
+
+
+def reply_outcome(event: Done | Failed) -> dict[str, Any]:
+    """How an engine's end event is stored (the keywords of `reply_finish`), on any surface."""
+    if isinstance(event, Done):
+        return {
+            "finish_reason": event.finish_reason,
+            "error": "",
+            "prompt_tokens": event.prompt_tokens,
+            "completion_tokens": event.completion_tokens,
+            "ttft_ms": event.ttft_ms,
+        }
+    return {"finish_reason": "error", "error": event.message, "error_code": event.code}
 
 
 def reply_save_progress(*, reply_id: int, content: str) -> None:

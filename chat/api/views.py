@@ -443,19 +443,9 @@ async def _run(turn: Turn, ticket: Ticket) -> AsyncGenerator[Event, None]:
                     elif isinstance(event, Done):
                         usage.prompt_tokens = event.prompt_tokens
                         usage.completion_tokens = event.completion_tokens
-                        outcome = {
-                            "finish_reason": event.finish_reason,
-                            "error": "",
-                            "prompt_tokens": event.prompt_tokens,
-                            "completion_tokens": event.completion_tokens,
-                            "ttft_ms": event.ttft_ms,
-                        }
+                        outcome = services.reply_outcome(event)
                     elif isinstance(event, Failed):
-                        outcome = {
-                            "finish_reason": "error",
-                            "error": event.message,
-                            "error_code": event.code,
-                        }
+                        outcome = services.reply_outcome(event)
                     else:
                         continue  # a queue position: REST has nothing to say about it
                     yield event
