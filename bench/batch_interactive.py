@@ -2,10 +2,11 @@
 then while a batch of 20 prompts runs, on the embedded model, in the same run.
 
     PYTHONPATH=$PWD python bench/batch_interactive.py [--model smollm2-135m] [--batch 20]
-        [--max-tokens 64] [--batch-concurrency 4]
+        [--max-tokens 64] [--batch-concurrency 4] [--redis redis://127.0.0.1:6379/11]
 
 Starts daphne in the embedded mode (the engine and the batch runner in the web process) on a
-scratch SQLite database, then:
+scratch SQLite database — or, with --redis, as deployed: the web process, an inference worker
+and a Celery worker (the batch runner) as three processes on that Redis — then:
   1. idle: one browser user asks ten short questions one after the other over the websocket;
   2. loaded: the same user asks them again right after a batch of --batch prompts is submitted
      over REST (`POST /v1/batches`), while the batch runs;
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import itertools
 import json
 import os
@@ -24,6 +26,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +35,52 @@ import websockets
 
 from bench.run import PYTHON, ROOT, free_port, process, wait_http
 
-QUESTIONS = [
-    "What is a good name for a cat?",
-    "Give me one tip for writing clear emails.",
-    "What is the capital of France?",
-    "Name three colours of the rainbow.",
-    "How many days are in a week?",
-    "What does a compiler do?",
-    "Suggest a short title for a meeting about budgets.",
-    "What is 12 times 12?",
-    "Say hello in Chinese.",
-    "What is the boiling point of water?",
+TEMPLATES = [
+    "What is a good name for a {}?",
+    "Give me one tip about {}.",
+    "Say something short about {}.",
+    "Name three facts about {}.",
+    "Suggest a short title for a meeting about {}.",
 ]
+TOPICS = [
+    "cats",
+    "budgets",
+    "emails",
+    "compilers",
+    "rainbows",
+    "water",
+    "France",
+    "trains",
+    "gardening",
+    "coffee",
+    "spreadsheets",
+    "holidays",
+    "printers",
+    "passwords",
+    "the moon",
+    "bicycles",
+    "meetings",
+    "invoices",
+    "tea",
+    "winter",
+    "rivers",
+    "chess",
+    "bread",
+    "music",
+]
+
+
+def fresh_questions() -> Any:
+    """Questions never asked before in the run: each first question of a new conversation is
+    computed from its prompt in both phases, as a real user's would be, instead of the idle
+    phase finding a repeated question's whole prompt still kept from the warm-up."""
+    for n in itertools.count():
+        for topic in TOPICS:
+            for template in TEMPLATES:
+                yield template.format(topic) + (f" ({n})" if n else "")
+
+
+QUESTIONS = fresh_questions()
 
 BATCH_PROMPTS = [
     f"Summarise this support ticket in one sentence: customer {i} cannot log in after "
@@ -69,11 +106,14 @@ print(c.cookies['sessionid'].value, raw)
 def env_for(workdir: Path, args: argparse.Namespace) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QASSIST_")}
     env.pop("REDIS_URL", None)
+    if args.redis:
+        env["REDIS_URL"] = args.redis
+        env["QASSIST_REDIS_PREFIX"] = f"bench-batch-{uuid.uuid4().hex[:8]}"
     env.update(
         {
-            "DATABASE_URL": f"sqlite:///{workdir / 'bench.sqlite3'}",
+            "DATABASE_URL": args.database_url or f"sqlite:///{workdir / 'bench.sqlite3'}",
             "QASSIST_VAR_DIR": str(workdir),
-            "QASSIST_ENGINE": "embedded",
+            "QASSIST_ENGINE": "redis" if args.redis else "embedded",
             "QASSIST_MODEL": args.model,
             "QASSIST_PRELOAD_ENGINE": "1",
             "QASSIST_GENERATE_TITLES": "0",
@@ -93,10 +133,7 @@ async def ask_all(url: str, origin: str, cookie: str, while_running: Any = None)
     still runs, so that every sample was asked while the batch ran."""
     ttfts = []
     headers = {"Cookie": f"sessionid={cookie}"}
-    if while_running is None:
-        questions: Any = iter(QUESTIONS)
-    else:
-        questions = itertools.cycle(QUESTIONS)
+    questions: Any = itertools.islice(QUESTIONS, 10) if while_running is None else QUESTIONS
     async with websockets.connect(url, origin=origin, additional_headers=headers) as ws:  # type: ignore[arg-type]
         for question in questions:
             if while_running is not None and not await while_running():
@@ -121,6 +158,49 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def run_batch(
+    args: argparse.Namespace,
+    base: str,
+    raw_key: str,
+    model: str,
+    prompts: list[str],
+    ws_url: str,
+    cookie: str,
+) -> tuple[float, dict[str, int], list[float]]:
+    """Submit one batch over REST, ask questions over the websocket for as long as it runs,
+    wait for it to end; its duration, item counts, and the questions' TTFTs."""
+    headers = {"Authorization": f"Bearer {raw_key}"}
+    body = {
+        "name": f"bench {uuid.uuid4().hex[:6]}",
+        "requests": [
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": args.max_tokens,
+                "temperature": 0,
+            }
+            for prompt in prompts
+        ],
+    }
+    started = time.perf_counter()
+    created = httpx.post(f"{base}/v1/batches", json=body, headers=headers, timeout=30)
+    created.raise_for_status()
+    batch_id = created.json()["id"]
+
+    async def batch_running() -> bool:
+        async with httpx.AsyncClient(timeout=30) as client:
+            reply = await client.get(f"{base}/v1/batches/{batch_id}", headers=headers)
+        return reply.json()["status"] not in ("completed", "cancelled")
+
+    asked = asyncio.run(ask_all(ws_url, base, cookie, while_running=batch_running))
+    while True:
+        status = httpx.get(f"{base}/v1/batches/{batch_id}", headers=headers).json()
+        if status["status"] in ("completed", "cancelled"):
+            break
+        time.sleep(0.2)
+    return time.perf_counter() - started, status["request_counts"], asked
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -129,6 +209,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--batch-concurrency", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5, help="idle questions, then a batch")
+    parser.add_argument("--database-url", default="", help="else a scratch SQLite file")
+    parser.add_argument(
+        "--redis", default="", help="Redis mode on this Redis (three processes; else embedded)"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="qassist-bench-batch-") as tmp:
@@ -150,60 +235,49 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         daphne = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
         log = workdir / "daphne.log"
-        with process([*daphne, "qassist.asgi:application"], env, log) as proc:
+        with ExitStack() as stack:
+            if args.redis:
+                for name, cmd in {
+                    "worker": [PYTHON, "manage.py", "run_inference_worker"],
+                    "celery": [
+                        PYTHON,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "qassist",
+                        "worker",
+                        "-c",
+                        "1",
+                        "--loglevel",
+                        "WARNING",
+                    ],
+                }.items():
+                    stack.enter_context(process(cmd, env, workdir / f"{name}.log"))
+            proc = stack.enter_context(process([*daphne, "qassist.asgi:application"], env, log))
             wait_http(f"{base}/healthz", 120, proc, log)
             ws_url = f"ws://127.0.0.1:{port}/ws/chat/"
             asyncio.run(ask_all(ws_url, base, cookie))  # warm up: KV, code paths
-            idle = asyncio.run(ask_all(ws_url, base, cookie))
-
             model = httpx.get(
                 f"{base}/v1/models", headers={"Authorization": f"Bearer {raw_key}"}
             ).json()["data"][0]["id"]
-            body = {
-                "name": f"bench {uuid.uuid4().hex[:6]}",
-                "requests": [
-                    {
-                        "model": model,
-                        "messages": [{"role": "user", "content": prompt}],
-                        "max_tokens": args.max_tokens,
-                        "temperature": 0,
-                    }
-                    for prompt in BATCH_PROMPTS[: args.batch]
-                ],
-            }
-            started = time.perf_counter()
-            created = httpx.post(
-                f"{base}/v1/batches",
-                json=body,
-                headers={"Authorization": f"Bearer {raw_key}"},
-                timeout=30,
-            )
-            created.raise_for_status()
-            batch_id = created.json()["id"]
-
-            async def batch_running() -> bool:
-                async with httpx.AsyncClient(timeout=30) as client:
-                    reply = await client.get(
-                        f"{base}/v1/batches/{batch_id}",
-                        headers={"Authorization": f"Bearer {raw_key}"},
-                    )
-                return reply.json()["status"] not in ("completed", "cancelled")
-
-            loaded = asyncio.run(ask_all(ws_url, base, cookie, while_running=batch_running))
-            during = f"{len(loaded)} questions asked while it ran"
-            while True:
-                status = httpx.get(
-                    f"{base}/v1/batches/{batch_id}",
-                    headers={"Authorization": f"Bearer {raw_key}"},
-                ).json()
-                if status["status"] in ("completed", "cancelled"):
-                    break
-                time.sleep(0.5)
-            batch_seconds = time.perf_counter() - started
+            idle: list[float] = []
+            loaded: list[float] = []
+            took: list[float] = []
+            outcomes: collections.Counter[str] = collections.Counter()
+            for round_ in range(args.rounds):
+                idle += asyncio.run(ask_all(ws_url, base, cookie))
+                prompts = BATCH_PROMPTS[round_ * args.batch :][: args.batch]
+                seconds, counts, asked = run_batch(
+                    args, base, raw_key, model, prompts, ws_url, cookie
+                )
+                loaded += asked
+                took.append(seconds)
+                outcomes.update(counts)
 
         print(
             f"model {args.model}, batch of {args.batch} prompts, max_tokens {args.max_tokens}, "
-            f"{args.batch_concurrency} batch items in flight"
+            f"{args.batch_concurrency} batch items in flight, "
+            f"{'Redis mode (web, worker, Celery)' if args.redis else 'embedded mode'}"
         )
         print("| interactive user | TTFT p50 ms | TTFT p95 ms |")
         print("|---|---|---|")
@@ -213,10 +287,10 @@ def main() -> None:
             f"| ratio | {pct(loaded, 0.5) / pct(idle, 0.5):.2f}x | "
             f"{pct(loaded, 0.95) / pct(idle, 0.95):.2f}x |"
         )
-        counts = status["request_counts"]
         print(
-            f"\nbatch: {status['status']} in {batch_seconds:.1f} s, {counts['completed']} done, "
-            f"{counts['failed']} failed; {during}"
+            f"\n{args.rounds} batches of {args.batch}, each took "
+            f"{', '.join(f'{t:.1f}' for t in took)} s; items {dict(outcomes)}; "
+            f"{len(idle)} questions idle, {len(loaded)} while a batch ran"
         )
 
 

@@ -339,6 +339,9 @@ class Engine:
         self.scheduler.prompt_budget = self.governor.prompt_allowance(
             self.num_running, self.scheduler.max_batch_tokens
         )
+        self.scheduler.background_prompt_budget = self.governor.background_allowance(
+            self.num_running, self.scheduler.max_batch_tokens
+        )
         out = self.scheduler.schedule()
         self._track_saved(out)
         for request in out.admitted:

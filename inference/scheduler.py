@@ -246,6 +246,8 @@ class Scheduler:
         self.max_running = min(max_running or n_seq_max, n_seq_max)
         # Prompt tokens one step may carry: the engine lowers it while streams decode.
         self.prompt_budget = max_batch_tokens
+        # Of those, background work's: the engine keeps it to about one decode step's time.
+        self.background_prompt_budget = max_batch_tokens
         self.waiting = WaitingQueue(max_queue, policy, aging=aging)
         self.host = HostCache(host_cache_tokens) if host_cache_tokens > 0 else None
         self.running: list[Request] = []
@@ -342,23 +344,29 @@ class Scheduler:
             head.admitted_at = now
             out.admitted.append(head)
 
-        # Replies' prompts before background work's, each in order of admission.
+        # Replies' prompts before background work's, each in order of admission. Background
+        # prompts go in small chunks: a reply arriving mid-step waits for the step to end.
         budget = min(budget, self.prompt_budget)
+        background_budget = self.background_prompt_budget
         for req in sorted(self.running, key=lambda r: r.background):
-            if budget <= 0:
-                break
+            room = min(budget, background_budget) if req.background else budget
+            if room <= 0:
+                continue
             if not req.prefill_done:
-                n = min(budget, len(req.prompt_tokens) - req.num_computed)
+                n = min(room, len(req.prompt_tokens) - req.num_computed)
                 start = req.num_computed
                 assert req.seq_id is not None
                 tokens = req.prompt_tokens[start : start + n]
                 out.prefills.append(PrefillChunk(req, req.seq_id, start, tokens))
                 budget -= n
+                if req.background:
+                    background_budget -= n
         if any(not chunk.request.background for chunk in out.prefills):
-            # A reply's prompt is being computed: background sequences sit this step out, so
-            # it is as short as it can be and the reply's first token comes sooner. They lose
-            # one step; nobody waits on them.
+            # A reply's prompt is being computed: background work sits this step out (its
+            # decodes and its prompt chunks), so the step is as short as it can be and the
+            # reply's first token comes sooner. It loses one step; nobody waits on it.
             out.decodes = [d for d in out.decodes if not d.request.background]
+            out.prefills = [c for c in out.prefills if not c.request.background]
         return out
 
     def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:

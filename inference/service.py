@@ -6,6 +6,8 @@ Mode: `QASSIST_ENGINE=redis` (a separate `run_inference_worker` per machine, rea
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -17,6 +19,8 @@ from inference import metrics, modelstore
 from inference.engine import Engine
 from inference.types import ChatMessage, Event
 from inference.worker import Submission
+
+logger = logging.getLogger(__name__)
 
 
 class EngineClient(Protocol):
@@ -43,8 +47,12 @@ def engine_mode() -> str:
 
 
 def build_engine() -> Engine:
-    """Load the configured model into a llama.cpp context (seconds) and wrap it in an engine."""
+    """Load the configured model into a llama.cpp context (seconds) and wrap it in an engine.
+    Call it on the thread that will step the engine: it lowers that thread's CPU priority
+    (`QASSIST_ENGINE_NICE`), and llama.cpp's compute threads, started from it, inherit it."""
     from inference.runner import LlamaRunner  # imports llama_cpp: only where a model runs
+
+    lower_thread_priority(settings.QASSIST_ENGINE_NICE)
 
     runner = LlamaRunner(
         _model_path(),
@@ -64,6 +72,19 @@ def build_engine() -> Engine:
         min_stream_speed=settings.QASSIST_MIN_STREAM_SPEED,
         host_cache_bytes=settings.QASSIST_HOST_CACHE_MB * 1024 * 1024,
     )
+
+
+def lower_thread_priority(by: int) -> None:
+    """Raise the calling thread's nice value by `by` (on Linux, priority is per thread: the web
+    threads of an embedded process keep theirs). Never needs a privilege; a no-op elsewhere."""
+    if by <= 0 or not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+        return
+    tid = threading.get_native_id()
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, current + by))
+    except OSError as exc:
+        logger.warning("could not lower the engine's CPU priority: %s", exc)
 
 
 def _model_path() -> Path:

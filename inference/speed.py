@@ -14,7 +14,8 @@ enough steps were seen it stays at `initial`. Requests already running are never
 lower limit only stops admitting until streams finish.
 
 The same line bounds the prompt tokens a step carries while streams decode (`prompt_allowance`):
-a long prompt is prefilled in chunks that keep each step within twice its decode-only time.
+a long prompt is prefilled in chunks that keep each step within twice its decode-only time,
+and background work's prompts in chunks of about one decode step (`background_allowance`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from dataclasses import dataclass, field
 
 STRETCH = 2.0  # a step carrying prompt tokens takes at most this many times one without
 MIN_PROMPT_CHUNK = 16  # prompt tokens a step may always carry, so prompts always progress
+# Background work's prompt tokens a step may always carry, and what it carries before the
+# steps were measured: small, since a reply arriving meanwhile waits for the step to end.
+MIN_BACKGROUND_CHUNK = 8
 DECAY = 0.98  # weight kept by an older step at each new one: about the last 50 steps count
 MIN_STEPS = 20  # steps observed before the measured limit replaces the initial one
 
@@ -118,6 +122,22 @@ class SpeedGovernor:
         decode_only = fixed + per_decode * decoding
         allowance = int((STRETCH - 1.0) * decode_only / per_prompt)
         return max(MIN_PROMPT_CHUNK, min(budget, allowance))
+
+    def background_allowance(self, decoding: int, budget: int) -> int:
+        """Prompt tokens of background work (titles, batch items) one step may carry: as many
+        as one decode step of the running streams takes (one stream's, when none decode).
+        A reply's request that arrives while a step runs waits for that step to end; steps
+        carrying a background prompt in one piece (a batch item's ticket of a few hundred
+        tokens) made it wait several times its own prompt's time. In chunks this size the
+        background prompt costs about the same compute, a step's fixed cost more per chunk."""
+        fit = self.model.coefficients()
+        if fit is None or self.model.steps_seen < MIN_STEPS:
+            return min(budget, MIN_BACKGROUND_CHUNK)
+        fixed, per_decode, per_prompt = fit
+        if per_prompt <= 0:
+            return budget
+        decode_step = fixed + per_decode * max(1, decoding)
+        return max(MIN_BACKGROUND_CHUNK, min(budget, int(decode_step / per_prompt)))
 
     def limit(self) -> int:
         if self.floor <= 0:

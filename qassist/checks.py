@@ -44,6 +44,7 @@ POSITIVE_INT_SETTINGS = (
     "QASSIST_MAX_CONVERSATION_CHARS",
 )
 MAX_PARALLEL = 256  # llama.cpp's LLAMA_MAX_SEQ
+MAX_NICE = 19  # the lowest CPU priority a Unix thread can take
 MAX_TEMPERATURE = 2.0  # OpenAI's range, which clients of the REST API expect
 ENGINE_MODES = ("auto", "embedded", "redis")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -142,7 +143,21 @@ def check_engine_sizes(app_configs: AppConfigs = None, **kwargs: Any) -> list[Ch
                 id="qassist.E002",
             )
         )
-    return errors + _temperature_errors()
+    return errors + _temperature_errors() + _nice_errors()
+
+
+def _nice_errors() -> list[CheckMessage]:
+    name = "QASSIST_ENGINE_NICE"
+    value = getattr(settings, name, 0)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_NICE:
+        return []
+    return [
+        Error(
+            f"{name}={_shown(name, value)} is not a whole number from 0 to {MAX_NICE}.",
+            hint="It is how much the engine lowers its CPU priority (Unix nice); 0 leaves it.",
+            id="qassist.E002",
+        )
+    ]
 
 
 def _temperature_errors() -> list[CheckMessage]:

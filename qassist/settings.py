@@ -197,6 +197,10 @@ QASSIST_HOST_CACHE_MB = env_int("QASSIST_HOST_CACHE_MB", 1024)
 # Besides loopback and staff, who may read GET /metrics (CIDR networks, e.g. 10.0.0.0/8).
 QASSIST_METRICS_NETWORKS = env_list("QASSIST_METRICS_NETWORKS", "")
 QASSIST_THREADS = env_int("QASSIST_THREADS", os.cpu_count() or 2)
+# How much the engine's threads lower their CPU priority (Unix nice, 0-19; 0 leaves it): where
+# the engine shares cores with web processes, a request's own work (admission, a refusal, its
+# first token's trip to the client) runs first and waits less for a step's computation.
+QASSIST_ENGINE_NICE = env_int("QASSIST_ENGINE_NICE", 5)
 QASSIST_BATCH_TOKENS = env_int("QASSIST_BATCH_TOKENS", 256)  # token budget of one engine step
 QASSIST_MAX_QUEUE = env_int("QASSIST_MAX_QUEUE", 64)  # requests waiting beyond the running ones
 QASSIST_DEFAULT_MAX_TOKENS = env_int("QASSIST_DEFAULT_MAX_TOKENS", 512)

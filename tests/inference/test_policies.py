@@ -534,3 +534,14 @@ def test_prompt_tokens_measured_as_free_leave_the_whole_step_to_prompts():
     for i in range(100):  # step time depends on decode tokens only
         g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, 0))
     assert g.prompt_allowance(16, 256) == 256
+
+
+def test_background_prompts_get_about_one_decode_step_of_tokens():
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
+    assert g.background_allowance(4, 256) == 8  # not measured yet: a small chunk
+    for i in range(100):
+        g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, i % 7))
+    # One stream's decode step is 51 ms, 12 prompt tokens at 4 ms; with 16 streams, 141 ms.
+    assert g.background_allowance(0, 256) in (12, 13)
+    assert g.background_allowance(16, 256) in (35, 36)
+    assert g.background_allowance(16, 20) == 20  # never more than the step's budget

@@ -276,3 +276,29 @@ def test_a_short_shared_prefix_does_not_take_over_a_kept_conversation():
     assert other.seq_id != kept.seq_id
     assert KvOp(other.seq_id, 0, copy_from=kept.seq_id, copy_len=2) in out.kv_ops
     assert s.slots[kept.seq_id].tokens == [1, 2, 3, 4, 5, 6, 7, 8]  # still there to reuse
+
+
+def test_background_prompts_go_in_chunks_of_the_background_budget():
+    s = sched(n_seq_max=16, max_batch_tokens=64)
+    s.background_prompt_budget = 8
+    title = req("title", 30, priority=-1)
+    title.background = True
+    s.add(title)
+    chunks = [sum(len(c.tokens) for c in run_step(s).prefills) for _ in range(4)]
+    assert chunks == [8, 8, 8, 6]  # the whole prompt, never more than 8 tokens a step
+    assert title.output_tokens == [7]
+
+
+def test_a_reply_prompt_step_carries_no_background_prompt_chunk():
+    s = sched(n_seq_max=16, max_batch_tokens=64)
+    title = req("title", 40, priority=-1)
+    title.background = True
+    s.add(title)
+    s.background_prompt_budget = 8
+    run_step(s)  # the title starts its prompt
+    s.add(req("reply", 10))
+    out = run_step(s)
+    assert [c.request.request_id for c in out.prefills] == ["reply"]
+    out = run_step(s)  # the reply decodes; the title's prompt goes on beside it
+    assert [c.request.request_id for c in out.prefills] == ["title"]
+    assert title.num_computed == 16

@@ -69,6 +69,14 @@ def test_every_size_must_be_positive(settings: Settings, name: str) -> None:
     assert any(f"{name}=0" in message.msg for message in messages)
 
 
+@pytest.mark.parametrize("value", [-1, 20])
+def test_the_engine_nice_value_must_be_one_unix_accepts(settings: Settings, value: int) -> None:
+    settings.QASSIST_ENGINE_NICE = value
+    messages = checks.check_engine_sizes()
+    assert ids(messages) == ["qassist.E002"]
+    assert f"QASSIST_ENGINE_NICE={value}" in messages[0].msg
+
+
 def test_a_step_must_fit_every_running_sequence(settings: Settings) -> None:
     settings.QASSIST_PARALLEL = 32
     settings.QASSIST_BATCH_TOKENS = 16
