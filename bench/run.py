@@ -209,6 +209,8 @@ def qassist_env(workdir: Path, model: Path, args: argparse.Namespace) -> dict[st
             "LOG_LEVEL": "WARNING",
         }
     )
+    # Any other setting for an A/B run: BENCH_QASSIST_KEPT_KV_TOKENS=0 sets QASSIST_KEPT_KV_TOKENS.
+    env.update({k[6:]: v for k, v in os.environ.items() if k.startswith("BENCH_QASSIST_")})
     return env
 
 
