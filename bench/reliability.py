@@ -238,6 +238,26 @@ def run_task(env: dict[str, str], celery_log: Path, timeout: float) -> bool:
     return False
 
 
+def beat_task_ran(
+    beat_log: Path, beat_offset: int, celery_log: Path, celery_offset: int, timeout: float
+) -> bool:
+    """True once beat's log, past `beat_offset`, shows interrupt-stale-replies sent, and the
+    worker's log, past `celery_offset`, shows more than the one such task run_task sent."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sent = "Sending due task interrupt-stale-replies" in beat_log.read_bytes()[
+            beat_offset:
+        ].decode(errors="replace")
+        done = re.findall(
+            r"chat\.tasks\.interrupt_stale_replies\[[^\]]+\] succeeded",
+            celery_log.read_bytes()[celery_offset:].decode(errors="replace"),
+        )
+        if sent and len(done) >= 2:
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def pid_of(log: Path, name: str) -> int | None:
     found = re.findall(rf"\b{name} started \(pid (\d+)\)", log.read_text(errors="replace"))
     return int(found[-1]) if found else None
@@ -445,10 +465,14 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
     celery = [PYTHON, "-m", "celery", "-A", "qassist", "worker", "--loglevel", "INFO"]
     celery += ["--pool", "solo", "--without-mingle", "--without-gossip"]
     celery_log = workdir / "celery.log"
+    beat = [PYTHON, "-m", "celery", "-A", "qassist", "beat", "--loglevel", "INFO"]
+    beat += ["-s", str(workdir / "beat-schedule")]
+    beat_log = workdir / "beat.log"
     with (
         process([PYTHON, "manage.py", "run_inference_worker"], env, workdir / "worker.log") as w,
         process(daphne, env, workdir / "web.log") as web,
         process(celery, env, celery_log) as celery_proc,
+        process(beat, env, beat_log) as beat_proc,
     ):
         wait_healthy(base)
         task_before = run_task(env, celery_log, timeout=120)
@@ -464,6 +488,8 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
         time.sleep(args.down_seconds)
         server.start()
         back = time.monotonic()
+        beat_offset = len(beat_log.read_bytes())
+        celery_offset = len(celery_log.read_bytes())
         attempts: list[Outcome] = []
         while time.monotonic() - back < 60:
             outcome = asyncio.run(chat_once(ws_url, base, cookie, "Say OK.", 0))
@@ -475,7 +501,10 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
         # Celery's worker reconnects to its broker by itself too: a task sent now is run.
         task_after = run_task(env, celery_log, timeout=120)
         task_after_seconds = time.monotonic() - back if task_after else None
-        still_running = w.poll() is None and web.poll() is None and celery_proc.poll() is None
+        # Celery beat reconnects too: its next periodic task (every 30 s) is sent and run.
+        beat_ran = beat_task_ran(beat_log, beat_offset, celery_log, celery_offset, timeout=75)
+        beat_seconds = time.monotonic() - back if beat_ran else None
+        still_running = all(p.poll() is None for p in (w, web, celery_proc, beat_proc))
         statuses = reply_statuses(env)
     measured = {
         "in_flight": {
@@ -498,7 +527,10 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
         "seconds_redis_back_to_celery_task_done": (
             round(task_after_seconds, 2) if task_after_seconds is not None else None
         ),
-        "web_worker_and_celery_never_restarted": still_running,
+        "seconds_redis_back_to_beat_task_run": (
+            round(beat_seconds, 2) if beat_seconds is not None else None
+        ),
+        "web_worker_celery_and_beat_never_restarted": still_running,
         "database_reply_statuses": statuses,
     }
     print(json.dumps(measured, indent=2))
@@ -512,10 +544,11 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
             "/healthz named redis while it was down": down_status == 503
             and "redis" in (down_body.get("down") or []),
             "a new reply completed after Redis came back": first_success is not None,
-            "the same web process, worker and Celery worker, reconnected by themselves": (
+            "the same web process, worker, Celery worker and beat reconnected by themselves": (
                 still_running
             ),
             "Celery ran a task after Redis came back": task_before and task_after,
+            "Celery beat sent its periodic task after Redis came back, and it ran": beat_ran,
             "no reply left streaming in the database": statuses.get("streaming", 0) == 0,
         }
     )

@@ -32,6 +32,7 @@ from inference.types import FinishReason, Request, RequestStatus
 
 POLICIES = ("fair", "priority", "fcfs")
 MIN_RESTORE_GAIN = 16  # restore from host memory only when it saves more than this many tokens
+TAKEOVER_SLACK = 1  # tokens of a kept conversation its next turn may drop (a template edge)
 
 __all__ = ["common_prefix_len"]
 
@@ -412,16 +413,20 @@ class Scheduler:
                 return 0
             return min(common_prefix_len(held, req.prompt_tokens), usable)
 
-        def reuse(slot: Slot) -> int:
+        def continues(slot: Slot) -> int:
+            # A kept conversation is taken over only by its own next turn: when the request
+            # continues what it holds and (almost) nothing of it is lost. Any other shared
+            # prefix (a tenant's system prompt, an edited turn's history) is copied into
+            # another sequence — llama.cpp shares the cells, so the copy costs nothing — and
+            # the conversation stays whole for its own next turn, instead of going to host
+            # memory and coming back as a restore whose cells are no longer shared.
             n = shared(slot.tokens, slot.tenant)
-            # Taking over a kept conversation for a short shared prefix would throw the rest
-            # away: below half of what it holds, the prefix is copied and the cache is kept.
-            return n if 2 * n >= len(slot.tokens) else 0
+            return n if n and len(slot.tokens) - n <= TAKEOVER_SLACK else 0
 
-        # Longest reusable prefix first; else an empty sequence before evicting a kept cache;
-        # else the least recently used cache.
-        target = max(free, key=lambda s: (reuse(s), not s.tokens, -s.last_used))
-        keep = reuse(target)
+        # The request's own conversation first; else an empty sequence before evicting a kept
+        # cache; else the least recently used cache.
+        target = max(free, key=lambda s: (continues(s), not s.tokens, -s.last_used))
+        keep = shared(target.tokens, target.tenant)
         source, copy_len = None, 0
         for slot in self.slots:
             if slot is target:

@@ -302,3 +302,26 @@ def test_a_reply_prompt_step_carries_no_background_prompt_chunk():
     out = run_step(s)  # the reply decodes; the title's prompt goes on beside it
     assert [c.request.request_id for c in out.prefills] == ["title"]
     assert title.num_computed == 16
+
+
+def test_a_new_conversation_copies_a_shared_system_prompt_and_leaves_the_kept_one_whole():
+    # The tenant's long system prompt is most of what a first turn holds: even so, another
+    # conversation does not take that sequence over while an empty one is free.
+    system = list(range(1000, 1030))
+    s = sched(n_seq_max=3, max_batch_tokens=64)
+    first = req("first", prompt=[*system, 1, 2])
+    s.add(first)
+    run_step(s)
+    s.finish(first, FinishReason.STOP)
+    kept = list(s.slots[first.seq_id].tokens)
+    other = req("other", prompt=[*system, 3, 4])
+    s.add(other)
+    out = run_step(s)
+    assert other.seq_id != first.seq_id
+    assert KvOp(other.seq_id, 0, copy_from=first.seq_id, copy_len=30) in out.kv_ops
+    assert other.num_cached == 30
+    assert s.slots[first.seq_id].tokens == kept  # whole, for its own next turn
+    follow = req("first2", prompt=[*kept, 5, 6])
+    s.add(follow)
+    run_step(s)
+    assert follow.seq_id == first.seq_id and follow.num_cached == len(kept)
