@@ -266,6 +266,12 @@ def report(run: Run, wall: float, db: dict[str, Any]) -> bool:
             f"max {max(refusals) * 1000:.0f} ms; {sum(r >= 1.0 for r in refusals)} of "
             f"{len(refusals)} took a second or more"
         )
+        for kind in sorted({o.result for o in outcomes if o.result.startswith("refused")}):
+            times = [o.duration for o in outcomes if o.result == kind]
+            print(
+                f"  {kind}: {len(times)}, p50 {pct(times, 0.5) * 1000:.0f} ms, "
+                f"p95 {pct(times, 0.95) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
+            )
     for name, samples in run.rss.items():
         start, end = samples[min(2, len(samples) - 1)][1], samples[-1][1]
         peak = max(kib for _, kib in samples)
@@ -276,24 +282,33 @@ def report(run: Run, wall: float, db: dict[str, Any]) -> bool:
 
     limit_codes = {"rate_limited", "rate_limit_exceeded", "quota_exceeded", "insufficient_quota"}
     limit_refusals = [o for o in outcomes if o.result.split(":")[-1] in limit_codes]
+    # A full queue is refused at admission (a rejected usage record "busy", nothing stored)
+    # or, when it filled after that check, by the queue (the reply stored, then ended busy).
+    # A websocket client tells the two apart (a reply id or not); a REST client cannot, so
+    # the REST ones refused at admission are the records' count less the websocket ones.
+    busy_rejected = db["rejected_by_reason"].get("busy", 0)
+    ws_busy_at_admission = sum(
+        o.surface == "ws" and o.result == "refused:busy" and not o.reply_id for o in outcomes
+    )
+    rest_busy_at_admission = busy_rejected - ws_busy_at_admission
     # A reply is stored once admission lets a request through: a websocket turn that started,
-    # a REST request that was not refused by a limit (a 503 "busy" was stored, then ended).
-    stored = [
+    # a REST request that was not refused by a limit or at admission.
+    stored_rest = [
         o
         for o in outcomes
-        if (o.surface == "ws" and o.reply_id)
-        or (
-            o.surface == "rest"
-            and o not in limit_refusals
-            and not o.result.startswith("error:HTTP")
-        )
+        if o.surface == "rest" and o not in limit_refusals and not o.result.startswith("error:HTTP")
     ]
+    stored = sum(o.surface == "ws" and bool(o.reply_id) for o in outcomes)
+    stored += len(stored_rest) - rest_busy_at_admission
+    rest_busy = sum(o.surface == "rest" and o.result == "refused:busy" for o in outcomes)
     print(f"\ndatabase: {db}")
     checks = {
         "no request hung": kinds.get("hung", 0) == 0,
         "no reply left streaming": db["by_status"].get("streaming", 0) == 0,
-        "every admitted request is stored once": db["replies"] == len(stored),
-        "every limit refusal is a rejected usage record": db["rejected"] == len(limit_refusals),
+        "every admitted request is stored once": db["replies"] == stored
+        and 0 <= rest_busy_at_admission <= rest_busy,
+        "every limit refusal is a rejected usage record": db["rejected"] - busy_rejected
+        == len(limit_refusals),
         "refusals came within a second": not refusals or max(refusals) < 1.0,
     }
     for name, ok in checks.items():

@@ -27,7 +27,7 @@ from chat import services
 from chat.models import CachedReply
 from chat.services import Turn, TurnPlan
 from inference import metrics
-from inference.service import get_prompt_counter
+from inference.service import get_engine_client, get_prompt_counter
 from inference.types import ChatMessage, SamplingParams
 from inference.worker import Submission
 from tenants.limits import Plan
@@ -212,6 +212,13 @@ def _admit(
     cached = None
     if cacheable and not background:
         cached = services.cached_reply_lookup(tenant=tenant, conversation=list(conversation))
+    if cached is None and not background and get_engine_client().at_capacity():
+        # The engine's queue is full: refused now, like a limit, before anything is stored
+        # (the queue would refuse it anyway, after the turn's writes, on a loaded machine
+        # a second or more later). Background work waits its turn instead.
+        limits_settle(plan=plan, used_tokens=0)
+        usage_record_refusal(principal=principal, reason="busy")
+        raise Refused("busy", "The assistant is at capacity; try again shortly.", retry_after=5)
     submission = Submission(
         request_id=request_id,
         messages=tuple(conversation),

@@ -192,6 +192,10 @@ class LocalEngineClient:
                 self.transport.cancel(sub.request_id)
             self.transport.forget(sub.request_id)
 
+    def at_capacity(self) -> bool:
+        """The queue is full now (admission asks, before anything is stored)."""
+        return self.alive and self._queue_full()
+
     def _queue_full(self) -> bool:
         """No sequence free and the queue full, counting what the engine has not fetched yet.
         Read from this thread while the engine steps: lengths only, and the engine still

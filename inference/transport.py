@@ -302,6 +302,7 @@ class RedisEngineClient:
         self.poll_ms = int(poll_seconds * 1000)
         self._redis: Any = None  # see RedisWorkerTransport.redis
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sync_redis: redis.Redis | None = None
 
     @property
     def redis(self) -> Any:
@@ -311,6 +312,20 @@ class RedisEngineClient:
             self._redis = aioredis.Redis.from_url(self.url)
             self._loop = loop
         return self._redis
+
+    def at_capacity(self) -> bool:
+        """Whether the shared queue is full now, asked synchronously before a request is
+        stored (admission): then it is refused at once, without writing anything. Another
+        web process can still fill the queue after this answer; the enqueue script then
+        answers busy as before. Redis out of reach: not full (the enqueue path says what
+        is wrong)."""
+        if self._sync_redis is None:
+            self._sync_redis = redis.Redis.from_url(self.url, socket_timeout=1.0)
+        try:
+            queued: Any = self._sync_redis.zcard(self.keys.queue)  # sync client: an int
+            return int(queued) >= self.max_queue
+        except redis.RedisError:
+            return False
 
     async def live_workers(self) -> list[str]:
         cutoff = time.time() - self.heartbeat_timeout

@@ -111,7 +111,7 @@ def _refused(exc: Refused) -> ApiError:
             code="rate_limit_exceeded",
             retry_after=exc.retry_after,
         )
-    if exc.code in ("unavailable", "worker_down"):
+    if exc.code in ("unavailable", "worker_down", "busy"):
         return ApiError(
             503, exc.message, type="server_error", code=exc.code, retry_after=exc.retry_after
         )

@@ -34,6 +34,9 @@ class HangingEngine:
     async def cancel(self, request_id: str) -> None:
         pass
 
+    def at_capacity(self) -> bool:
+        return False  # its refusals come from the engine path
+
     async def health(self) -> dict[str, object]:
         return {}
 

@@ -298,6 +298,9 @@ class RefusingClient:
     async def cancel(self, request_id: str) -> None:
         pass
 
+    def at_capacity(self) -> bool:
+        return False  # its refusals come from the engine path
+
     async def health(self) -> dict[str, Any]:
         return {"ok": True}
 
@@ -318,6 +321,32 @@ async def test_a_busy_or_absent_engine_is_a_503(code: str, key: str) -> None:
     reply = await sync_to_async(Message.objects.filter(role="assistant").first)()
     assert reply is not None
     assert reply.status == "error"
+
+
+class FullClient(RefusingClient):
+    """An engine client whose queue is full: admission refuses before anything is stored."""
+
+    def __init__(self) -> None:
+        super().__init__("internal")  # never reached
+
+    def at_capacity(self) -> bool:
+        return True
+
+
+async def test_a_full_queue_is_a_503_at_admission_and_nothing_is_stored(key: str) -> None:
+    from inference.service import set_engine_client
+
+    set_engine_client(FullClient())
+    try:
+        response = await post(key, ask("x"))
+    finally:
+        set_engine_client(None)
+    assert response.status_code == 503
+    assert error_of(response)["code"] == "busy"
+    assert response["Retry-After"] == "5"
+    assert await sync_to_async(ChatSession.objects.count)() == 0
+    refusal = await sync_to_async(UsageRecord.objects.get)()
+    assert (refusal.status, refusal.reason) == ("rejected", "busy")
 
 
 # --- keys ----------------------------------------------------------------------------------------

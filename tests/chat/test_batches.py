@@ -53,6 +53,9 @@ class FakeEngine:
     async def cancel(self, request_id: str) -> None:
         pass
 
+    def at_capacity(self) -> bool:
+        return False  # its refusals come from the engine path
+
     async def health(self):
         return {}
 

@@ -322,6 +322,9 @@ class RecordingClient:
     async def cancel(self, request_id: str) -> None:
         pass
 
+    def at_capacity(self) -> bool:
+        return False  # its refusals come from the engine path
+
     async def health(self):
         return {}
 

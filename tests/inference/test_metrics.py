@@ -144,6 +144,9 @@ def test_a_configured_network_may_read_metrics(
 
 def test_metrics_without_any_worker_still_parse(client: Client) -> None:
     class NoWorker:
+        def at_capacity(self) -> bool:
+            return False  # its refusals come from the engine path
+
         async def health(self) -> dict[str, Any]:
             return {"mode": "redis", "ok": False, "workers": [], "queued": 4}
 

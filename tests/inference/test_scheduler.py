@@ -324,4 +324,5 @@ def test_a_new_conversation_copies_a_shared_system_prompt_and_leaves_the_kept_on
     follow = req("first2", prompt=[*kept, 5, 6])
     s.add(follow)
     run_step(s)
-    assert follow.seq_id == first.seq_id and follow.num_cached == len(kept)
+    assert follow.seq_id == first.seq_id
+    assert follow.num_cached == len(kept)

@@ -101,8 +101,10 @@ async def test_a_full_queue_answers_busy(prefix):
     transport = RedisWorkerTransport(REDIS_URL, prefix=prefix)
     transport.heartbeat({})
     c = client(prefix, max_queue=1)
+    assert not c.at_capacity()
     waiting = asyncio.ensure_future(collect(c, sub("first")))
     await asyncio.sleep(0.2)
+    assert c.at_capacity()  # what admission asks, before anything is stored
     events = await collect(c, sub("second"))
     assert events[-1].code == "busy"
     assert events[-1].retry_after > 0

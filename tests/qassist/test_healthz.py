@@ -31,6 +31,9 @@ class FakeEngineClient:
     async def cancel(self, request_id: str) -> None:
         raise NotImplementedError
 
+    def at_capacity(self) -> bool:
+        return False  # its refusals come from the engine path
+
     async def health(self) -> dict[str, Any]:
         if self.hang:
             await asyncio.sleep(60)
