@@ -2,7 +2,7 @@
 then while a batch of 20 prompts runs, on the embedded model, in the same run.
 
     PYTHONPATH=$PWD python bench/batch_interactive.py [--model smollm2-135m] [--batch 20]
-        [--max-tokens 64] [--batch-concurrency 4] [--redis redis://127.0.0.1:6379/11]
+        [--max-tokens 64] [--batch-concurrency 2] [--redis redis://127.0.0.1:6379/11]
 
 Starts daphne in the embedded mode (the engine and the batch runner in the web process) on a
 scratch SQLite database — or, with --redis, as deployed: the web process, an inference worker
@@ -208,7 +208,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--batch-concurrency", type=int, default=4)
+    parser.add_argument("--batch-concurrency", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5, help="idle questions, then a batch")
     parser.add_argument("--database-url", default="", help="else a scratch SQLite file")
     parser.add_argument(
