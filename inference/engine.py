@@ -28,6 +28,7 @@ from inference.types import (
     PromptPart,
     Queued,
     Request,
+    RestoreFailed,
     SamplingParams,
     TrustMap,
     failed,
@@ -48,6 +49,11 @@ class Runner(Protocol):
 
     @property
     def saved_bytes(self) -> int: ...  # host memory held by saved sequences now
+    @property
+    def disk_bytes(self) -> int: ...  # disk held by saved sequences now
+
+    def disk_entries(self) -> list[tuple[str, list[int], str]]: ...  # (tenant, tokens, key)
+    def bind_disk_entry(self, key: str, entry: int | None) -> None: ...
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> list[PromptPart]: ...
     def tokenize_parts(
@@ -84,10 +90,12 @@ class Engine:
         min_stream_speed: float = 0.0,
         initial_running: int = 16,
         host_cache_bytes: int = 0,
+        host_disk_bytes: int = 0,
     ) -> None:
         self.runner = runner
         self.max_wait = max_wait
         host_tokens = host_cache_bytes // max(1, runner.kv_bytes_per_token)
+        disk_tokens = host_disk_bytes // max(1, runner.kv_bytes_per_token)
         # Keep one batch of cells spare: llama.cpp places a whole micro-batch at once.
         self.scheduler = Scheduler(
             n_seq_max=runner.n_seq_max,
@@ -98,6 +106,7 @@ class Engine:
             max_running=max_running,
             aging=aging,
             host_cache_tokens=host_tokens,
+            host_disk_tokens=disk_tokens,
         )
         ceiling = self.scheduler.max_running
         # Between `initial_running` (16) and the context's sequences: the floor decides how many
@@ -113,6 +122,19 @@ class Engine:
         self._told_position: dict[str, int] = {}
         self._kept: dict[int, KeptText] = {}  # seq id -> what its KV holds, as text
         self._kept_saved: dict[int, KeptText] = {}  # host entry -> what it holds, as text
+        self._adopt_disk_entries()
+
+    def _adopt_disk_entries(self) -> None:
+        """Conversations an earlier run of this model left on disk come back as host entries
+        (their text is not kept: a follow-up is tokenised afresh and restores the common
+        prefix, which is all of it unless the reply tokenises differently)."""
+        adopted = 0
+        for tenant, tokens, key in self.runner.disk_entries():
+            entry = self.scheduler.adopt_saved(tenant, tokens)
+            self.runner.bind_disk_entry(key, entry)
+            adopted += entry is not None
+        if adopted:
+            logger.info("%d saved conversations found on disk", adopted)
 
     # --- requests in and out -----------------------------------------------------------------
 
@@ -323,6 +345,11 @@ class Engine:
             "host_cache_tokens": host.used_tokens if host is not None else 0,
             "host_cache_capacity_tokens": host.capacity_tokens if host is not None else 0,
             "host_cache_bytes": self.runner.saved_bytes,
+            "host_cache_disk_entries": (
+                sum(e.on_disk for e in host.entries.values()) if host is not None else 0
+            ),
+            "host_cache_disk_tokens": host.disk_used_tokens if host is not None else 0,
+            "host_cache_disk_bytes": self.runner.disk_bytes,
             **self.stats.snapshot(),
         }
 
@@ -350,12 +377,17 @@ class Engine:
             if out.kv_ops:
                 try:
                     self.runner.execute(out)
-                except Exception as exc:  # a failed save or restore: nobody is in the batch
+                except RestoreFailed as exc:
+                    self._restore_failed(exc)
+                except Exception as exc:  # a failed save: nobody is in the batch
                     logger.exception("engine KV operations failed")
                     return events + self._fail_batch(out, str(exc))
             return events + self._queue_events()
         try:
             sampled = self.runner.execute(out)
+        except RestoreFailed as exc:
+            self._restore_failed(exc)
+            return events + self._queue_events()
         except Exception as exc:
             logger.exception("engine step failed")
             return events + self._fail_batch(out, str(exc))
@@ -379,6 +411,31 @@ class Engine:
         self.stats.step_seconds += time.perf_counter() - started
         self.stats.batch_tokens.observe(out.num_tokens)
         return events
+
+    def persist(self) -> int:
+        """Before a shutdown (after the drain): kept conversations go to the host cache's disk
+        tier, for the next run. Returns how many are on disk then."""
+        out = self.scheduler.persist()
+        if out.kv_ops:
+            self._track_saved(out)
+            self.runner.execute(out)
+        host = self.scheduler.host
+        return sum(e.on_disk for e in host.entries.values()) if host is not None else 0
+
+    def _restore_failed(self, exc: RestoreFailed) -> None:
+        """Saved KV that could not be restored is not an error for anyone: the batch did not
+        run, and the requests that needed it compute their prompts from the next step on."""
+        for seq_id, entry in exc.failures:
+            request = self.scheduler.slots[seq_id].request
+            if request is not None:
+                self.stats.cached_tokens -= request.num_cached
+                self.stats.restored_tokens -= request.num_restored
+                self.stats.reused_tokens -= request.num_cached - request.num_restored
+            self.scheduler.restore_failed(seq_id, entry)
+            self._kept.pop(seq_id, None)
+            self._kept_saved.pop(entry, None)
+            self.stats.restore_failures += 1
+        logger.warning("%s; recomputing instead", exc)
 
     def _count_admission(self, request: Request) -> None:
         stats = self.stats

@@ -18,8 +18,16 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from inference.scheduler import DropSaved, KvOp, RestoreKv, SaveKv, SchedulerOutput
-from inference.types import ChatMessage, PromptPart, Request, prompt_text
+from inference.kvdisk import DiskKvStore
+from inference.scheduler import (
+    DropSaved,
+    KvOp,
+    RestoreKv,
+    SaveKv,
+    SchedulerOutput,
+    SpillSaved,
+)
+from inference.types import ChatMessage, PromptPart, Request, RestoreFailed, prompt_text
 
 logger = logging.getLogger("inference.llama")
 
@@ -210,6 +218,7 @@ class LlamaRunner:
         max_batch_tokens: int,
         n_threads: int,
         max_seq_tokens: int,
+        disk_store: DiskKvStore | None = None,
     ) -> None:
         install_log_callback()
         llama_cpp.llama_backend_init()
@@ -246,6 +255,7 @@ class LlamaRunner:
         self.kv_bytes_per_token = int(llama_cpp.llama_model_n_layer(self.model)) * 2 * kv_width * 2
         self.kv_bytes_per_token += 12
         self._saved: dict[int, np.ndarray[Any, np.dtype[np.uint8]]] = {}
+        self._disk = disk_store  # saved sequences spilled beyond host memory, or None
 
         self._samplers: dict[str, Any] = {}
         self.last_decode_seconds = 0.0
@@ -292,15 +302,23 @@ class LlamaRunner:
 
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
         """Apply KV moves, decode one batch, sample a next token for each request that needs one."""
+        failed: list[tuple[int, int]] = []
         for action in out.kv_ops:
             if isinstance(action, SaveKv):
                 self._save(action)
             elif isinstance(action, RestoreKv):
-                self._restore(action)
+                if not self._restore(action):
+                    failed.append((action.seq_id, action.entry))
+            elif isinstance(action, SpillSaved):
+                self._spill(action)
             elif isinstance(action, DropSaved):
                 self._saved.pop(action.entry, None)
+                if self._disk is not None:
+                    self._disk.drop(action.entry)
             else:
                 self._kv_op(action)
+        if failed:
+            raise RestoreFailed(failed)  # before the batch: it would decode on missing KV
         if out.is_empty:
             return {}
 
@@ -357,21 +375,50 @@ class LlamaRunner:
             return  # a restore of this entry fails clearly instead of reading garbage
         self._saved[op.entry] = blob[:written]
 
-    def _restore(self, op: RestoreKv) -> None:
+    @property
+    def disk_bytes(self) -> int:
+        return self._disk.used_bytes if self._disk is not None else 0
+
+    def _spill(self, op: SpillSaved) -> None:
+        blob = self._saved.pop(op.entry, None)
+        if blob is not None and self._disk is not None:
+            # On failure (disk full) the entry is simply gone: its restore fails, and the
+            # request recomputes its prompt.
+            self._disk.write(op.entry, op.tenant, list(op.tokens), blob)
+
+    def disk_entries(self) -> list[tuple[str, list[int], str]]:
+        return self._disk.scan() if self._disk is not None else []
+
+    def bind_disk_entry(self, key: str, entry: int | None) -> None:
+        if self._disk is not None:
+            self._disk.bind(key, entry)
+
+    def _restore(self, op: RestoreKv) -> bool:
+        """Put host entry `op.entry` into `op.seq_id`; False (the sequence left empty) when it is
+        missing, its file does not check out, or llama.cpp refuses the state."""
         blob = self._saved.get(op.entry)
+        if blob is None and self._disk is not None:
+            blob = self._disk.read(op.entry)
         if blob is None:
-            raise RunnerError(f"host entry {op.entry} was not saved")
+            logger.warning("host entry %d is not available", op.entry)
+            return False
         ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
         read = int(llama_cpp.llama_state_seq_set_data(self.ctx, ptr, blob.nbytes, op.seq_id))
-        if read != blob.nbytes:
-            llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, 0, -1)
-            raise RunnerError(f"restoring host entry {op.entry} into sequence {op.seq_id} failed")
         pos_max = int(llama_cpp.llama_memory_seq_pos_max(self.memory, op.seq_id))
-        if pos_max + 1 != op.n_tokens:
+        if read != blob.nbytes or pos_max + 1 != op.n_tokens:
             llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, 0, -1)
-            raise RunnerError(
-                f"host entry {op.entry} holds {pos_max + 1} positions, not {op.n_tokens}"
+            logger.warning(
+                "restoring host entry %d into sequence %d failed (read %d of %d bytes, "
+                "%d positions for %d tokens)",
+                op.entry,
+                op.seq_id,
+                read,
+                blob.nbytes,
+                pos_max + 1,
+                op.n_tokens,
             )
+            return False
+        return True
 
     def _sample(self, req: Request, idx: int) -> int:
         if req.params.greedy:
@@ -420,6 +467,8 @@ class LlamaRunner:
 
     def close(self) -> None:
         self._saved.clear()
+        if self._disk is not None:
+            self._disk.close()
         for sampler in self._samplers.values():
             llama_cpp.llama_sampler_free(sampler)
         self._samplers.clear()

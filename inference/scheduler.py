@@ -175,12 +175,22 @@ class RestoreKv:
 
 @dataclass(frozen=True)
 class DropSaved:
-    """Free host entry `entry`."""
+    """Free host entry `entry` (in memory or on disk)."""
 
     entry: int
 
 
-KvAction = KvOp | SaveKv | RestoreKv | DropSaved
+@dataclass(frozen=True)
+class SpillSaved:
+    """Move host entry `entry` from memory to disk; the file names its tenant and exact tokens,
+    so it is restored only for the same tokens, and after a restart only for the same model."""
+
+    entry: int
+    tenant: str
+    tokens: tuple[int, ...]
+
+
+KvAction = KvOp | SaveKv | RestoreKv | DropSaved | SpillSaved
 
 
 @dataclass(frozen=True)
@@ -237,6 +247,7 @@ class Scheduler:
         max_running: int | None = None,
         aging: float = 30.0,
         host_cache_tokens: int = 0,
+        host_disk_tokens: int = 0,
     ) -> None:
         if max_batch_tokens < n_seq_max:
             raise ValueError("max_batch_tokens must hold one decode token per sequence")
@@ -250,7 +261,11 @@ class Scheduler:
         # Of those, background work's: the engine keeps it to about one decode step's time.
         self.background_prompt_budget = max_batch_tokens
         self.waiting = WaitingQueue(max_queue, policy, aging=aging)
-        self.host = HostCache(host_cache_tokens) if host_cache_tokens > 0 else None
+        self.host = (
+            HostCache(host_cache_tokens, disk_capacity_tokens=host_disk_tokens)
+            if host_cache_tokens > 0
+            else None
+        )
         self.running: list[Request] = []
         self._requests: dict[str, Request] = {}
         self._pending_ops: list[KvAction] = []
@@ -494,7 +509,46 @@ class Scheduler:
     def _save(self, slot: Slot, out: SchedulerOutput, *, pinned: int | None) -> None:
         if self.host is None or not self.host.worth_saving(slot.tenant, slot.tokens):
             return
-        entry_id, dropped = self.host.save(slot.tenant, slot.tokens, self._step, pinned=pinned)
-        out.kv_ops.extend(DropSaved(d) for d in dropped)
-        if entry_id is not None:
-            out.kv_ops.append(SaveKv(slot.seq_id, entry_id, len(slot.tokens)))
+        saved = self.host.save(slot.tenant, slot.tokens, self._step, pinned=pinned)
+        out.kv_ops.extend(DropSaved(d) for d in saved.dropped)
+        out.kv_ops.extend(SpillSaved(e.entry_id, e.tenant, tuple(e.tokens)) for e in saved.spilled)
+        if saved.entry_id is not None:
+            out.kv_ops.append(SaveKv(slot.seq_id, saved.entry_id, len(slot.tokens)))
+
+    def persist(self) -> SchedulerOutput:
+        """Before a shutdown: the conversations kept in idle sequences and in host memory go to
+        disk (within its budget), so the next run of the same model finds them warm. KV moves
+        only; nothing is decoded."""
+        out = SchedulerOutput(kv_ops=self._pending_ops)
+        self._pending_ops = []
+        if self.host is None or self.host.disk_capacity_tokens <= 0:
+            return out
+        for slot in sorted(self.slots, key=lambda s: -s.last_used):
+            if slot.request is None and slot.tokens:
+                self._save(slot, out, pinned=None)
+        moved = self.host.spill_all()
+        out.kv_ops.extend(DropSaved(d) for d in moved.dropped)
+        out.kv_ops.extend(SpillSaved(e.entry_id, e.tenant, tuple(e.tokens)) for e in moved.spilled)
+        return out
+
+    def adopt_saved(self, tenant: str, tokens: list[int]) -> int | None:
+        """Take in a conversation an earlier run left on disk; its host entry id, or None."""
+        if self.host is None:
+            return None
+        return self.host.adopt(tenant, tokens, self._step)
+
+    def restore_failed(self, seq_id: int, entry: int) -> Request | None:
+        """The runner could not restore `entry` into `seq_id` (a file gone or not matching): the
+        batch that used it did not run. The request computes its whole prompt instead (nothing
+        was sampled from the failed state), the entry is forgotten."""
+        if self.host is not None:
+            self.host.discard(entry)
+            self._pending_ops.append(DropSaved(entry))
+        slot = self.slots[seq_id]
+        slot.tokens = []
+        self._pending_ops.append(KvOp(seq_id, keep=0))
+        req = slot.request
+        if req is None:
+            return None
+        req.num_computed = req.num_cached = req.num_restored = 0
+        return req

@@ -55,13 +55,15 @@ def build_engine() -> Engine:
 
     lower_thread_priority(settings.QASSIST_ENGINE_NICE)
 
+    model_path = _model_path()
     runner = LlamaRunner(
-        _model_path(),
+        model_path,
         n_seq_max=settings.QASSIST_PARALLEL,
         n_ctx=settings.QASSIST_CONTEXT_SIZE,
         max_batch_tokens=settings.QASSIST_BATCH_TOKENS,
         n_threads=settings.QASSIST_THREADS,
         max_seq_tokens=settings.QASSIST_MAX_SEQ_TOKENS,
+        disk_store=_disk_store(model_path),
     )
     return Engine(
         runner,
@@ -72,7 +74,30 @@ def build_engine() -> Engine:
         max_wait=settings.QASSIST_MAX_WAIT_SECONDS,
         min_stream_speed=settings.QASSIST_MIN_STREAM_SPEED,
         host_cache_bytes=settings.QASSIST_HOST_CACHE_MB * 1024 * 1024,
+        host_disk_bytes=settings.QASSIST_HOST_CACHE_DISK_MB * 1024 * 1024,
     )
+
+
+def _disk_store(model_path: Path) -> Any:
+    """The host cache's disk tier (`QASSIST_HOST_CACHE_DISK_MB`), or None when it is off or
+    its folder cannot be used (then saved conversations beyond memory are recomputed)."""
+    if settings.QASSIST_HOST_CACHE_MB <= 0 or settings.QASSIST_HOST_CACHE_DISK_MB <= 0:
+        return None
+    import llama_cpp
+
+    from inference.kvdisk import DiskKvStore, model_fingerprint
+
+    digest = modelstore.read_verified_digest(model_path)
+    if digest is None:
+        digest = modelstore.hash_file(model_path, progress=False)
+        modelstore.write_verified_digest(model_path, digest)
+    # The state format depends on the llama.cpp build and the KV layout (f16, one pool).
+    fingerprint = model_fingerprint(digest, llama_cpp.__version__, "f16/unified")
+    try:
+        return DiskKvStore(Path(settings.QASSIST_HOST_CACHE_DIR), fingerprint)
+    except OSError as exc:
+        logger.warning("saved conversations stay in memory only: %s", exc)
+        return None
 
 
 def lower_thread_priority(by: int) -> None:

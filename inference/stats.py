@@ -47,6 +47,7 @@ class EngineStats:
     reused_tokens: int = 0  # ...kept in a sequence (its own or copied from another)
     restored_tokens: int = 0  # ...restored from the host-memory cache
     generated_tokens: int = 0
+    restore_failures: int = 0  # saved KV that could not be restored (recomputed instead)
     step_seconds: float = 0.0
     decode_seconds: float = 0.0
     finished: dict[str, int] = field(default_factory=dict)  # finish reason -> requests
@@ -79,6 +80,7 @@ class EngineStats:
             "reused_tokens": self.reused_tokens,
             "restored_tokens": self.restored_tokens,
             "generated_tokens": self.generated_tokens,
+            "restore_failures": self.restore_failures,
             "step_seconds": round(self.step_seconds, 4),
             "decode_seconds": round(self.decode_seconds, 4),
             "overhead_share": round(self.overhead_share, 4),

@@ -50,6 +50,16 @@ class ErrorCode(enum.StrEnum):
     INTERNAL = "internal"
 
 
+class RestoreFailed(Exception):
+    """Raised by a runner before it decodes, when saved KV could not be restored: the file went
+    missing, did not check out, or llama.cpp refused the state. The batch did not run; the
+    engine has those requests compute their prompt instead (`Scheduler.restore_failed`)."""
+
+    def __init__(self, failures: list[tuple[int, int]]) -> None:
+        super().__init__(f"could not restore saved KV (sequence, entry): {failures}")
+        self.failures = failures  # (sequence id, host entry id)
+
+
 class EngineError(Exception):
     """A request the engine refuses or cannot finish, with a code clients can act on."""
 

@@ -83,6 +83,8 @@ def _summary(health: dict[str, Any]) -> dict[str, Any]:
                 "restored": w.get("restored_tokens", 0),
                 "host_cache_mb": round(int(w.get("host_cache_bytes") or 0) / 2**20, 1),
                 "host_cache_entries": w.get("host_cache_entries", 0),
+                "host_cache_disk_mb": round(int(w.get("host_cache_disk_bytes") or 0) / 2**20, 1),
+                "host_cache_disk_entries": w.get("host_cache_disk_entries", 0),
                 "errors": w.get("errors", {}),
                 "draining": w.get("draining", False),
             }

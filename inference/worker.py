@@ -223,3 +223,10 @@ class EngineWorker:
             )
         )
         self.maybe_heartbeat(force=True)
+        try:
+            on_disk = self.engine.persist()
+        except Exception:  # a cache: the next run recomputes what it cannot find
+            logger.exception("saving kept conversations to disk failed")
+        else:
+            if on_disk:
+                logger.info("%d conversations saved on disk for the next run", on_disk)

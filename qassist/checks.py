@@ -227,6 +227,11 @@ def check_scheduling(app_configs: AppConfigs = None, **kwargs: Any) -> list[Chec
         positive=False,
         hint="Megabytes of host memory for idle conversations' KV; 0 turns the cache off.",
     )
+    number(
+        "QASSIST_HOST_CACHE_DISK_MB",
+        positive=False,
+        hint="Megabytes of disk for idle conversations' KV beyond memory; 0 turns it off.",
+    )
     for network in getattr(settings, "QASSIST_METRICS_NETWORKS", []):
         try:
             ipaddress.ip_network(network)

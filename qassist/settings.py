@@ -194,6 +194,9 @@ QASSIST_QUEUE_AGING_SECONDS = env_float("QASSIST_QUEUE_AGING_SECONDS", 30.0)  # 
 QASSIST_MAX_WAIT_SECONDS = env_float("QASSIST_MAX_WAIT_SECONDS", 90.0)  # then "busy"
 # Host memory for the KV of idle conversations whose sequence was taken (0 turns it off).
 QASSIST_HOST_CACHE_MB = env_int("QASSIST_HOST_CACHE_MB", 1024)
+# Beyond that, on disk (0 turns it off); kept across worker restarts for the same model file.
+QASSIST_HOST_CACHE_DISK_MB = env_int("QASSIST_HOST_CACHE_DISK_MB", 4096)
+QASSIST_HOST_CACHE_DIR = env_str("QASSIST_HOST_CACHE_DIR", str(VAR_DIR / "kvcache"))
 # Besides loopback and staff, who may read GET /metrics (CIDR networks, e.g. 10.0.0.0/8).
 QASSIST_METRICS_NETWORKS = env_list("QASSIST_METRICS_NETWORKS", "")
 QASSIST_THREADS = env_int("QASSIST_THREADS", os.cpu_count() or 2)

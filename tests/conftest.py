@@ -43,6 +43,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True)
+def own_kv_cache_folder(settings: Settings, tmp_path: Path) -> None:
+    # An engine built from settings writes kept conversations to disk when it stops; one test's
+    # (or an earlier run's) must never come back warm in another.
+    settings.QASSIST_HOST_CACHE_DIR = str(tmp_path / "kvcache")
+
+
+@pytest.fixture(autouse=True)
 def no_generated_titles(settings: Settings) -> None:
     # A title request after each new conversation's reply would interleave with what most
     # tests expect to receive; the tests of that feature turn it back on.

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.engine import Engine
-from inference.scheduler import DropSaved, KvOp, RestoreKv, SaveKv, SchedulerOutput
-from inference.types import ChatMessage, PromptPart, Request, prompt_text
+from inference.scheduler import DropSaved, KvOp, RestoreKv, SaveKv, SchedulerOutput, SpillSaved
+from inference.types import ChatMessage, PromptPart, Request, RestoreFailed, prompt_text
 
 EOG = 1
 OFFSET = 10
@@ -74,10 +74,28 @@ class FakeRunner:
     saved: dict[int, list[int]] = field(default_factory=dict)
     saves: list[SaveKv] = field(default_factory=list)
     restores: list[RestoreKv] = field(default_factory=list)
+    # The disk tier: entry -> (tenant, tokens); what an earlier run left, until bound.
+    disk_budget_bytes: int | None = None
+    disk: dict[int, tuple[str, list[int]]] = field(default_factory=dict)
+    spills: list[SpillSaved] = field(default_factory=list)
+    left_on_disk: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
+    lose_disk_entries: bool = False  # files deleted behind the worker's back
 
     @property
     def saved_bytes(self) -> int:
         return sum(len(v) for v in self.saved.values()) * self.kv_bytes_per_token
+
+    @property
+    def disk_bytes(self) -> int:
+        return sum(len(t) for _, t in self.disk.values()) * self.kv_bytes_per_token
+
+    def disk_entries(self) -> list[tuple[str, list[int], str]]:
+        return [(tenant, tokens, key) for key, (tenant, tokens) in self.left_on_disk.items()]
+
+    def bind_disk_entry(self, key: str, entry: int | None) -> None:
+        found = self.left_on_disk.pop(key)
+        if entry is not None:
+            self.disk[entry] = found
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> list[PromptPart]:
         parts: list[PromptPart] = []
@@ -126,27 +144,47 @@ class FakeRunner:
         return token == EOG
 
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
+        failed: list[tuple[int, int]] = []
         for action in out.kv_ops:
             if isinstance(action, SaveKv):
                 held = self.kv.get(action.seq_id, [])
                 assert len(held) == action.n_tokens, "a save must copy the whole sequence"
                 assert action.entry not in self.saved, "a saved entry is never overwritten"
+                assert action.entry not in self.disk, "a saved entry is never overwritten"
                 self.saved[action.entry] = list(held)
                 self.saves.append(action)
+            elif isinstance(action, SpillSaved):
+                spilled = self.saved.pop(action.entry)  # only a memory entry is spilled
+                assert spilled == list(action.tokens), "a spill names the entry's exact tokens"
+                if not self.lose_disk_entries:
+                    self.disk[action.entry] = (action.tenant, spilled)
+                self.spills.append(action)
             elif isinstance(action, RestoreKv):
-                if self.fail_restores:
-                    self.kv[action.seq_id] = []
-                    raise RuntimeError("failed to restore kv cache")
-                assert action.entry in self.saved, "restoring an entry that was dropped"
-                assert len(self.saved[action.entry]) == action.n_tokens
-                self.kv[action.seq_id] = list(self.saved[action.entry])
+                if action.entry in self.saved:
+                    tokens: list[int] | None = self.saved[action.entry]
+                else:
+                    tokens = self.disk.get(action.entry, ("", None))[1]
+                    assert tokens is not None or self.lose_disk_entries, (
+                        "restoring an entry that was dropped"
+                    )
+                if self.fail_restores or tokens is None:
+                    self.kv[action.seq_id] = []  # llama.cpp leaves the sequence empty
+                    failed.append((action.seq_id, action.entry))
+                    continue
+                assert len(tokens) == action.n_tokens
+                self.kv[action.seq_id] = list(tokens)
                 self.restores.append(action)
             elif isinstance(action, DropSaved):
-                assert self.saved.pop(action.entry, None) is not None, "dropping a missing entry"
+                found = self.saved.pop(action.entry, None) or self.disk.pop(action.entry, None)
+                assert found is not None or self.lose_disk_entries, "dropping a missing entry"
             else:
                 self._kv_op(action)
             if self.host_budget_bytes is not None:
                 assert self.saved_bytes <= self.host_budget_bytes, "host cache over its budget"
+            if self.disk_budget_bytes is not None:
+                assert self.disk_bytes <= self.disk_budget_bytes, "disk cache over its budget"
+        if failed:
+            raise RestoreFailed(failed)
         if out.is_empty:
             return {}
         if self.fail_next:

@@ -150,9 +150,11 @@ async def test_a_prompt_longer_than_the_context_gets_an_error_not_a_crash(local_
 # --- the host-memory cache and the default sampling path, on the real model -------------------
 
 
-def make_cached_engine(n_seq_max=1, host_cache_bytes=256 * 2**20) -> Engine:
+def make_cached_engine(n_seq_max=1, host_cache_bytes=256 * 2**20, disk_dir=None) -> Engine:
+    from inference.kvdisk import DiskKvStore, model_fingerprint
     from inference.runner import LlamaRunner
 
+    disk = DiskKvStore(disk_dir, model_fingerprint("0" * 64, "test", "f16")) if disk_dir else None
     runner = LlamaRunner(
         model_path(),
         n_seq_max=n_seq_max,
@@ -160,8 +162,15 @@ def make_cached_engine(n_seq_max=1, host_cache_bytes=256 * 2**20) -> Engine:
         max_batch_tokens=128,
         n_threads=2,
         max_seq_tokens=1024,
+        disk_store=disk,
     )
-    return Engine(runner, max_batch_tokens=128, max_queue=16, host_cache_bytes=host_cache_bytes)
+    return Engine(
+        runner,
+        max_batch_tokens=128,
+        max_queue=16,
+        host_cache_bytes=host_cache_bytes,
+        host_disk_bytes=256 * 2**20 if disk_dir else 0,
+    )
 
 
 @pytest.fixture
@@ -213,6 +222,22 @@ def test_a_conversation_restored_from_host_memory_continues_exactly_as_a_kept_on
     assert restored.stats.restored_tokens == restored_done.cached_tokens
     assert restored_done.cached_tokens == kept_done.cached_tokens  # same batch shape after it
     assert restored_tokens == kept_tokens  # the very same tokens at temperature 0
+
+
+def test_a_conversation_saved_on_disk_continues_exactly_after_a_restart(engines, tmp_path):
+    kept = engines()
+    history, _, _ = turn(kept, "k1", [], "Name three rivers of Europe.")
+    _, kept_done, kept_tokens = turn(kept, "k2", history, "Which one is the longest?")
+
+    before = engines(disk_dir=tmp_path)
+    assert turn(before, "r1", [], "Name three rivers of Europe.")[0] == history
+    assert before.persist() == 1  # the worker stops: its kept conversation goes to disk
+    before.runner.close()
+    after = engines(disk_dir=tmp_path)  # a new process, the same model and folder
+    assert after.status()["host_cache_disk_entries"] == 1
+    _, done, tokens = turn(after, "r2", history, "Which one is the longest?")
+    assert after.stats.restored_tokens == done.cached_tokens == kept_done.cached_tokens
+    assert tokens == kept_tokens  # the very same tokens at temperature 0
 
 
 def test_without_the_host_cache_the_returning_conversation_is_recomputed(engines):
