@@ -16,6 +16,12 @@ lower limit only stops admitting until streams finish.
 The same line bounds the prompt tokens a step carries while streams decode (`prompt_allowance`):
 a long prompt is prefilled in chunks that keep each step within twice its decode-only time,
 and background work's prompts in chunks of about one decode step (`background_allowance`).
+
+One straight line underestimates a long prompt's later chunks: each of their tokens attends
+over all the positions before it, and the line was fitted mostly on short prompts. So steps
+that carried a prompt chunk beside decodes also feed a correction: the measured cost of their
+prompt tokens over the line's, smoothed over the last few such steps. Chunks are sized with
+the corrected cost, so the next chunk shrinks as soon as one step took longer than planned.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ MIN_PROMPT_CHUNK = 16  # prompt tokens a step may always carry, so prompts alway
 MIN_BACKGROUND_CHUNK = 8
 DECAY = 0.98  # weight kept by an older step at each new one: about the last 50 steps count
 MIN_STEPS = 20  # steps observed before the measured limit replaces the initial one
+CORRECTION_WEIGHT = 0.4  # share of the latest chunk step in the prompt-cost correction
+CORRECTION_RANGE = (0.5, 8.0)  # the correction's bounds: one odd step cannot run away with it
 
 
 def _solve3(m: list[list[float]], v: list[float]) -> list[float] | None:
@@ -96,10 +104,28 @@ class SpeedGovernor:
     initial: int
     minimum: int = 1
     model: StepModel = field(default_factory=StepModel)
+    # Measured over predicted cost of prompt tokens in steps that also decoded (module doc).
+    prompt_correction: float = 1.0
 
     def observe(self, *, decode_tokens: int, prefill_tokens: int, seconds: float) -> None:
-        if decode_tokens + prefill_tokens > 0 and seconds > 0:
-            self.model.observe(decode_tokens, prefill_tokens, seconds)
+        if decode_tokens + prefill_tokens <= 0 or seconds <= 0:
+            return
+        fit = self.model.coefficients()
+        if (
+            fit is not None
+            and decode_tokens > 0
+            and prefill_tokens >= MIN_PROMPT_CHUNK
+            and self.model.steps_seen >= MIN_STEPS
+            and fit[2] > 0
+        ):
+            fixed, per_decode, per_prompt = fit
+            measured = seconds - fixed - per_decode * decode_tokens
+            ratio = min(
+                max(measured / (per_prompt * prefill_tokens), CORRECTION_RANGE[0]),
+                CORRECTION_RANGE[1],
+            )
+            self.prompt_correction += CORRECTION_WEIGHT * (ratio - self.prompt_correction)
+        self.model.observe(decode_tokens, prefill_tokens, seconds)
 
     def stream_speed(self, streams: int) -> float | None:
         """Predicted tokens/s of each stream with `streams` decoding together."""
@@ -120,7 +146,7 @@ class SpeedGovernor:
         if per_prompt <= 0:
             return budget  # prompt tokens measured as free: nothing to spread
         decode_only = fixed + per_decode * decoding
-        allowance = int((STRETCH - 1.0) * decode_only / per_prompt)
+        allowance = int((STRETCH - 1.0) * decode_only / (per_prompt * self.prompt_correction))
         return max(MIN_PROMPT_CHUNK, min(budget, allowance))
 
     def background_allowance(self, decoding: int, budget: int) -> int:

@@ -541,6 +541,29 @@ def test_a_long_prompt_is_spread_so_running_streams_steps_stay_within_twice_thei
     assert max(chunks) in (35, 36)  # 0.141 s / 0.004 s: a step of about twice the time
 
 
+def test_prompt_chunks_that_cost_more_than_the_fitted_line_shrink_the_next_ones():
+    # The line is learned on decode steps and short prompts; then a long prompt's chunks cost
+    # more per token the further they are into it (each token attends over all before it).
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
+    for i in range(100):
+        g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, i % 7))
+    decode_only = cost(16, 0)
+    first = g.prompt_allowance(16, 256)
+    assert first in (35, 36)  # planned for twice the decode-only time at the fitted cost
+    ratios, position = [], 0
+    for _ in range(16):
+        chunk = g.prompt_allowance(16, 256)
+        seconds = decode_only + 0.004 * chunk * (1 + position / 600)
+        ratios.append(seconds / decode_only)
+        g.observe(decode_tokens=16, prefill_tokens=chunk, seconds=seconds)
+        position += chunk
+    # Refitting the line alone lags behind (those steps drift to 2.2x); the correction holds
+    # every step from the third on within 2.05x of the decode-only time.
+    assert max(ratios[2:]) <= 2.05
+    assert g.prompt_correction > 1.2
+    assert g.prompt_allowance(16, 256) < first
+
+
 def test_with_nothing_running_a_prompt_gets_the_whole_step():
     g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
     for i in range(100):
