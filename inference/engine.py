@@ -363,11 +363,14 @@ class Engine:
         started = time.perf_counter()
         events = self.expire_waiting()
         self.scheduler.max_running = self.governor.limit()
+        # Streams that decode this step (a request still computing its prompt is not one: a
+        # long prompt left alone gets whole steps).
+        decoding = sum(1 for r in self.scheduler.running if r.prefill_done)
         self.scheduler.prompt_budget = self.governor.prompt_allowance(
-            self.num_running, self.scheduler.max_batch_tokens
+            decoding, self.scheduler.max_batch_tokens
         )
         self.scheduler.background_prompt_budget = self.governor.background_allowance(
-            self.num_running, self.scheduler.max_batch_tokens
+            decoding, self.scheduler.max_batch_tokens
         )
         out = self.scheduler.schedule()
         self._track_saved(out)

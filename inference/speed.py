@@ -17,26 +17,33 @@ The same line bounds the prompt tokens a step carries while streams decode (`pro
 a long prompt is prefilled in chunks that keep each step within twice its decode-only time,
 and background work's prompts in chunks of about one decode step (`background_allowance`).
 
-One straight line underestimates a long prompt's later chunks: each of their tokens attends
-over all the positions before it, and the line was fitted mostly on short prompts. So steps
-that carried a prompt chunk beside decodes also feed a correction: the measured cost of their
-prompt tokens over the line's, smoothed over the last few such steps. Chunks are sized with
-the corrected cost, so the next chunk shrinks as soon as one step took longer than planned.
+The line is good at "how many streams" and poor at sizing prompt chunks: when the same streams
+decode throughout, it cannot tell the fixed cost from the decode tokens' and lumps part of the
+prompt tokens' cost into them; and a long prompt's later chunks cost more per token than its
+first (each token attends over all the positions before it). So chunks are sized from two
+direct measurements instead: the recent steps that carried no prompt (the decode-only time,
+scaled by the line when the number of streams changed), and what prompt tokens added to the
+recent steps that carried both (seconds per prompt token, smoothed over the last few such
+steps). The next chunk shrinks as soon as one took longer than planned.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STRETCH = 2.0  # a step carrying prompt tokens takes at most this many times one without
-MIN_PROMPT_CHUNK = 16  # prompt tokens a step may always carry, so prompts always progress
+# A step carrying prompt tokens takes at most this many times one without. Two is the aim for
+# the streams' slowest gaps; steps vary around their plan (and the web process adds its own
+# jitter), so the plan keeps a margin.
+STRETCH = 1.6
+MIN_PROMPT_CHUNK = 8  # prompt tokens a step may always carry, so prompts always progress
 # Background work's prompt tokens a step may always carry, and what it carries before the
 # steps were measured: small, since a reply arriving meanwhile waits for the step to end.
 MIN_BACKGROUND_CHUNK = 8
 DECAY = 0.98  # weight kept by an older step at each new one: about the last 50 steps count
 MIN_STEPS = 20  # steps observed before the measured limit replaces the initial one
-CORRECTION_WEIGHT = 0.4  # share of the latest chunk step in the prompt-cost correction
-CORRECTION_RANGE = (0.5, 8.0)  # the correction's bounds: one odd step cannot run away with it
+RIDGE = 1e-6  # added to the normal equations' diagonal, relative to each term's own scale
+DECODE_WEIGHT = 0.2  # share of the latest decode-only step in the decode-only reference
+PROMPT_WEIGHT = 0.4  # share of the latest chunk step in the measured prompt-token cost
 
 
 def _solve3(m: list[list[float]], v: list[float]) -> list[float] | None:
@@ -87,10 +94,27 @@ class StepModel:
     def coefficients(self) -> tuple[float, float, float] | None:
         if self.steps_seen == 0:
             return None
-        fit = _solve3(self._xtx, self._xty)
+        # A touch of ridge: when the steps do not tell two terms apart (the same streams
+        # decoding throughout make `fixed` and `per_decode` one number), the fit takes the
+        # smallest coefficients that explain the steps instead of failing, so the prompt-token
+        # cost is still learned from the steps that carried prompt tokens.
+        xtx = [
+            [v * (1.0 + RIDGE) if i == j else v for j, v in enumerate(row)]
+            for i, row in enumerate(self._xtx)
+        ]
+        fit = _solve3(xtx, self._xty)
         # Rounding can make an exact zero slightly negative: a microsecond is zero here.
         if fit is not None and fit[0] >= -1e-6 and fit[1] > 0 and fit[2] >= -1e-6:
             return max(0.0, fit[0]), fit[1], max(0.0, fit[2])
+        if fit is not None and fit[0] < 0:
+            # A negative fixed cost means none to speak of: fit the per-token terms alone.
+            a, b, c = xtx[1][1], xtx[1][2], xtx[2][2]
+            det = a * c - b * b
+            if det > 1e-12 * max(a * c, 1e-30):
+                per_decode = (c * self._xty[1] - b * self._xty[2]) / det
+                per_prompt = (a * self._xty[2] - b * self._xty[1]) / det
+                if per_decode > 0 and per_prompt >= -1e-6:
+                    return 0.0, per_decode, max(0.0, per_prompt)
         # Too little variety in the steps seen (all decode, or decode and prompt sizes moving
         # together), or a noisy fit: charge the whole step time per token (cautious).
         per_token = self._seconds / max(self._decode + self._prompt, 1.0)
@@ -104,28 +128,44 @@ class SpeedGovernor:
     initial: int
     minimum: int = 1
     model: StepModel = field(default_factory=StepModel)
-    # Measured over predicted cost of prompt tokens in steps that also decoded (module doc).
-    prompt_correction: float = 1.0
+    # Recent steps without prompt tokens: (streams, seconds), smoothed; see the module doc.
+    decode_reference: tuple[float, float] | None = None
+    # Seconds one prompt token added to recent steps that also decoded, smoothed.
+    prompt_token_seconds: float | None = None
 
     def observe(self, *, decode_tokens: int, prefill_tokens: int, seconds: float) -> None:
         if decode_tokens + prefill_tokens <= 0 or seconds <= 0:
             return
-        fit = self.model.coefficients()
-        if (
-            fit is not None
-            and decode_tokens > 0
-            and prefill_tokens >= MIN_PROMPT_CHUNK
-            and self.model.steps_seen >= MIN_STEPS
-            and fit[2] > 0
-        ):
-            fixed, per_decode, per_prompt = fit
-            measured = seconds - fixed - per_decode * decode_tokens
-            ratio = min(
-                max(measured / (per_prompt * prefill_tokens), CORRECTION_RANGE[0]),
-                CORRECTION_RANGE[1],
-            )
-            self.prompt_correction += CORRECTION_WEIGHT * (ratio - self.prompt_correction)
+        if decode_tokens > 0 and prefill_tokens == 0:
+            if self.decode_reference is None:
+                self.decode_reference = (float(decode_tokens), seconds)
+            else:
+                streams, took = self.decode_reference
+                self.decode_reference = (
+                    streams + DECODE_WEIGHT * (decode_tokens - streams),
+                    took + DECODE_WEIGHT * (seconds - took),
+                )
+        elif decode_tokens > 0 and prefill_tokens >= MIN_PROMPT_CHUNK:
+            decode_only = self.decode_only_seconds(decode_tokens)
+            if decode_only is not None:
+                cost = max(0.0, seconds - decode_only) / prefill_tokens
+                old = self.prompt_token_seconds
+                self.prompt_token_seconds = (
+                    cost if old is None else old + PROMPT_WEIGHT * (cost - old)
+                )
         self.model.observe(decode_tokens, prefill_tokens, seconds)
+
+    def decode_only_seconds(self, streams: int) -> float | None:
+        """A step of `streams` decode tokens and no prompt: the recent such steps' time, scaled
+        by the fitted line when the number of streams differs."""
+        if self.decode_reference is None:
+            return None
+        ref_streams, ref_seconds = self.decode_reference
+        fit = self.model.coefficients()
+        if fit is None:
+            return ref_seconds * streams / ref_streams
+        fixed, per_decode, _ = fit
+        return ref_seconds * (fixed + per_decode * streams) / (fixed + per_decode * ref_streams)
 
     def stream_speed(self, streams: int) -> float | None:
         """Predicted tokens/s of each stream with `streams` decoding together."""
@@ -143,10 +183,12 @@ class SpeedGovernor:
         if decoding <= 0 or fit is None or self.model.steps_seen < MIN_STEPS:
             return budget
         fixed, per_decode, per_prompt = fit
+        decode_only = self.decode_only_seconds(decoding) or fixed + per_decode * decoding
+        if self.prompt_token_seconds is not None:
+            per_prompt = self.prompt_token_seconds
         if per_prompt <= 0:
             return budget  # prompt tokens measured as free: nothing to spread
-        decode_only = fixed + per_decode * decoding
-        allowance = int((STRETCH - 1.0) * decode_only / (per_prompt * self.prompt_correction))
+        allowance = int((STRETCH - 1.0) * decode_only / per_prompt)
         return max(MIN_PROMPT_CHUNK, min(budget, allowance))
 
     def background_allowance(self, decoding: int, budget: int) -> int:
