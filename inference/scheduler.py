@@ -33,6 +33,10 @@ from inference.types import FinishReason, Request, RequestStatus
 POLICIES = ("fair", "priority", "fcfs")
 MIN_RESTORE_GAIN = 16  # restore from host memory only when it saves more than this many tokens
 TAKEOVER_SLACK = 1  # tokens of a kept conversation its next turn may drop (a template edge)
+# A prompt that computes at most this many tokens (a turn's new message) goes whole into a
+# step beside running streams, and a step carries at most this many such tokens beyond its
+# prompt budget.
+SHORT_PROMPT = 64
 
 __all__ = ["common_prefix_len"]
 
@@ -360,21 +364,36 @@ class Scheduler:
             head.admitted_at = now
             out.admitted.append(head)
 
-        # Replies' prompts before background work's, each in order of admission. Background
-        # prompts go in small chunks: a reply arriving mid-step waits for the step to end.
+        # Replies' prompts before background work's; short ones (a turn's new message) before
+        # long ones, then in order of admission. Background prompts go in small chunks: a reply
+        # arriving mid-step waits for the step to end.
+        batch_room = budget
         budget = min(budget, self.prompt_budget)
         background_budget = self.background_prompt_budget
-        for req in sorted(self.running, key=lambda r: r.background):
+        extra = SHORT_PROMPT  # tokens of short prompts a step may carry beyond the budget
+
+        def short(r: Request) -> bool:  # all it computes is a turn's new message
+            return len(r.prompt_tokens) - r.num_cached <= SHORT_PROMPT
+
+        for req in sorted(self.running, key=lambda r: (r.background, not short(r))):
+            left = len(req.prompt_tokens) - req.num_computed
             room = min(budget, background_budget) if req.background else budget
+            if not req.background and short(req) and room < left <= max(room, 0) + extra:
+                # A turn's new message (and the template around it) in one step even beside
+                # running streams: they get one longer step, the person asking gets their first
+                # token several steps sooner than in budget-sized chunks.
+                extra -= left - max(room, 0)
+                room = min(left, batch_room)
             if room <= 0:
                 continue
             if not req.prefill_done:
-                n = min(room, len(req.prompt_tokens) - req.num_computed)
+                n = min(room, left)
                 start = req.num_computed
                 assert req.seq_id is not None
                 tokens = req.prompt_tokens[start : start + n]
                 out.prefills.append(PrefillChunk(req, req.seq_id, start, tokens))
                 budget -= n
+                batch_room -= n
                 if req.background:
                     background_budget -= n
         if any(not chunk.request.background for chunk in out.prefills):

@@ -713,3 +713,32 @@ def test_files_beyond_the_disk_budget_are_not_adopted_at_start():
     assert engine.status()["host_cache_disk_entries"] == 1
     assert list(runner.disk.values()) == [("t", tokens)]
     assert not runner.left_on_disk  # both were answered: bound or deleted
+
+
+def test_a_turns_short_message_is_computed_in_one_step_beside_running_streams():
+    runner = FakeRunner(
+        n_seq_max=32, n_ctx=100_000, reply_for=lambda p: "y" * (300 if p.startswith("s") else 5)
+    )
+    runner.step_seconds = cost
+    engine = make_engine(runner, max_batch_tokens=256, max_queue=64)
+    params = SamplingParams(temperature=0)
+    for i in range(16):
+        engine.add_request(f"s{i}", [ChatMessage("user", f"s{i}")], params)
+    for _ in range(40):  # the sixteen stream; the engine learns its step times
+        engine.step()
+    assert engine.scheduler.prompt_budget < 30  # a long prompt would go in chunks this size
+    engine.add_request("q1", [ChatMessage("user", "x" * 40)], params)
+    engine.add_request("q2", [ChatMessage("user", "z" * 40)], params)
+    q1, q2 = engine.scheduler.get("q1"), engine.scheduler.get("q2")
+    assert q1 is not None
+    assert q2 is not None
+    engine.step()
+    engine.step()
+    # One short prompt a step goes whole (beyond the budget); the other in the next step.
+    assert [b.prefills for b in runner.batches[-2:]] == [
+        [("q1", len(q1.prompt_tokens) - q1.num_cached)],
+        [("q2", len(q2.prompt_tokens) - q2.num_cached)],
+    ]
+    assert len(q1.prompt_tokens) - q1.num_cached > engine.scheduler.prompt_budget
+    streams = {f"s{i}" for i in range(16)}
+    assert all(streams <= set(b.decodes) for b in runner.batches[-2:])  # the streams went on
