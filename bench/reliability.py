@@ -3,6 +3,7 @@
     python -m bench.reliability supervise     # make run's supervision: kill -9 the worker
     python -m bench.reliability redis-restart # Redis killed under a streaming reply, restarted
     python -m bench.reliability scale-out     # 2 web + 2 workers, one worker killed mid-load
+    python -m bench.reliability worker-upgrade # a worker stopped and started again: warm?
 
 Each run starts everything it needs in a temporary folder (its own redis-server on a free port,
 never the shared one; SQLite, or PostgreSQL for scale-out when one answers), prints what it
@@ -183,10 +184,17 @@ class Outcome:
     content_chars: int = 0
     ended: float = 0.0
     terminal_frames: int = 0
+    session: str = ""
 
 
 async def chat_once(
-    url: str, origin: str, cookie: str, prompt: str, web: int, on_delta: Any = None
+    url: str,
+    origin: str,
+    cookie: str,
+    prompt: str,
+    web: int,
+    on_delta: Any = None,
+    session: str | None = None,
 ) -> Outcome:
     outcome = Outcome(web=web, sent=time.monotonic())
     headers = {"Cookie": f"sessionid={cookie}"}
@@ -195,11 +203,13 @@ async def chat_once(
         origin=origin,  # type: ignore[arg-type]
         additional_headers=headers,
     ) as ws:
-        await ws.send(json.dumps({"type": "chat.send", "session": None, "content": prompt}))
+        await ws.send(json.dumps({"type": "chat.send", "session": session, "content": prompt}))
         while True:
             frame = json.loads(await asyncio.wait_for(ws.recv(), 300))
             kind = frame["type"]
-            if kind == "queued":
+            if kind == "reply.start":
+                outcome.session = str(frame["session"]["id"])
+            elif kind == "queued":
                 outcome.queued = True
             elif kind == "delta" and outcome.first_delta is None:
                 outcome.first_delta = time.monotonic()
@@ -554,6 +564,120 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
     )
 
 
+# --- worker-upgrade: a worker stopped (drained) and started again ------------------------------
+
+UPGRADE_TURNS = [
+    "Describe the rules of chess in a few sentences.",
+    "Which piece is the most powerful, and why?",
+]
+
+
+def worker_stats(base: str) -> dict[str, Any]:
+    _, body = health(base)
+    workers = body.get("engine", {}).get("workers", [])
+    return workers[0] if workers else {}
+
+
+def run_worker_upgrade(args: argparse.Namespace) -> int:
+    """Conversations, then the worker stopped with SIGTERM (as an upgrade or a systemd restart
+    does) and a new one started on the same folder: do their next turns find their history?
+    Once with the host cache's disk tier (the default), once without it."""
+    results = {}
+    for disk_mb in (4096, 0):
+        with (
+            tempfile.TemporaryDirectory(prefix="qassist-rel-") as tmp,
+            private_redis(Path(tmp)) as redis_url,
+        ):
+            results[disk_mb] = _worker_upgrade(args, Path(tmp), redis_url, disk_mb)
+    print(json.dumps({f"disk {mb} MB": r for mb, r in results.items()}, indent=2))
+    on, off = results[4096], results[0]
+    n = args.conversations
+    return verdict(
+        {
+            "every conversation's turns completed, before and after the restart": on["ok"]
+            and off["ok"],
+            "the stopped worker wrote its kept conversations to disk": on["saved_on_disk"] >= n,
+            "after the restart, every follow-up restored its history from disk": (
+                on["after"]["follow_ups_warm"] == on["after"]["follow_ups"] == n
+                and on["after"]["restored_tokens"] > 0
+            ),
+            "without the disk tier, none did (the control)": off["after"]["follow_ups_warm"] == 0
+            and off["after"]["restored_tokens"] == 0,
+            "no reply left streaming in the database": on["statuses"].get("streaming", 0) == 0
+            and off["statuses"].get("streaming", 0) == 0,
+        }
+    )
+
+
+def _worker_upgrade(
+    args: argparse.Namespace, workdir: Path, redis_url: str, disk_mb: int
+) -> dict[str, Any]:
+    env = base_env(
+        workdir,
+        redis_url,
+        f"sqlite:///{workdir / 'db.sqlite3'}",
+        QASSIST_DEFAULT_MAX_TOKENS=str(args.max_tokens),
+        QASSIST_PARALLEL=str(args.conversations + 1),
+        QASSIST_HOST_CACHE_DISK_MB=str(disk_mb),
+    )
+    manage(env, "migrate", "--noinput", "-v", "0")
+    cookie = login_cookie(env)
+    port = free_port()
+    base, ws_url = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/ws/chat/"
+    daphne = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    daphne.append("qassist.asgi:application")
+    worker_cmd = [PYTHON, "manage.py", "run_inference_worker"]
+
+    async def turns(prompt: str, sessions: list[str | None]) -> list[Outcome]:
+        return list(
+            await asyncio.gather(
+                *(chat_once(ws_url, base, cookie, prompt, 0, session=s) for s in sessions)
+            )
+        )
+
+    ok = True
+    with process(daphne, env, workdir / "web.log"):
+        with process(worker_cmd, env, workdir / "worker-1.log") as first:
+            wait_healthy(base)
+            sessions: list[str | None] = [None] * args.conversations
+            for prompt in UPGRADE_TURNS:
+                done = asyncio.run(turns(prompt, sessions))
+                ok = ok and all(o.status == "complete" for o in done)
+                sessions = [o.session for o in done]
+            before = worker_stats(base)
+            first.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            first.wait(timeout=60)
+            stop_seconds = time.monotonic() - stopped
+        log = (workdir / "worker-1.log").read_text(errors="replace")
+        found = re.search(r"(\d+) conversations saved on disk", log)
+        with process(worker_cmd, env, workdir / "worker-2.log"):
+            started = time.monotonic()
+            wait_healthy(base)
+            while worker_stats(base).get("id") == before.get("id"):
+                time.sleep(0.2)  # the old worker's last heartbeat until it expires
+            ready_seconds = time.monotonic() - started
+            after_turn = asyncio.run(turns("And the weakest?", sessions))
+            ok = ok and all(o.status == "complete" for o in after_turn)
+            after = worker_stats(base)
+    ttfts = sorted((o.first_delta or o.ended) - o.sent for o in after_turn)
+    return {
+        "ok": ok,
+        "worker_stop_seconds": round(stop_seconds, 2),
+        "saved_on_disk": int(found.group(1)) if found else 0,
+        "new_worker_ready_seconds": round(ready_seconds, 2),
+        "after": {
+            "follow_ups": after.get("follow_ups", 0),
+            "follow_ups_warm": after.get("follow_ups_warm", 0),
+            "restored_tokens": after.get("restored_tokens", 0),
+            "prefill_tokens": after.get("prefill_tokens", 0),
+            "ttft_seconds": [round(t, 2) for t in ttfts],
+            "disk_entries_at_start": after.get("host_cache_disk_entries", 0),
+        },
+        "statuses": reply_statuses(env),
+    }
+
+
 # --- scale-out: two web processes, two workers ------------------------------------------------
 
 
@@ -756,6 +880,9 @@ def main() -> None:
     scale.add_argument("--requests", type=int, default=3, help="per client, back to back")
     scale.add_argument("--max-tokens", type=int, default=96)
     scale.add_argument("--sqlite", action="store_true", help="SQLite instead of PostgreSQL")
+    up = sub.add_parser("worker-upgrade", help="a worker stopped and started: history kept?")
+    up.add_argument("--conversations", type=int, default=3)
+    up.add_argument("--max-tokens", type=int, default=60)
     args = parser.parse_args()
     if not MODEL.exists():
         raise SystemExit(f"{MODEL} is missing: python manage.py fetch_model smollm2-135m")
@@ -763,6 +890,7 @@ def main() -> None:
         "supervise": run_supervise,
         "redis-restart": run_redis_restart,
         "scale-out": run_scale_out,
+        "worker-upgrade": run_worker_upgrade,
     }
     sys.exit(runners[args.scenario](args))
 

@@ -207,8 +207,9 @@ class EngineWorker:
             len(ended),
         )
 
-    def drain(self, timeout: float) -> None:
-        """Stop taking requests, let running ones finish, then end the rest with an error."""
+    def drain(self, timeout: float) -> int:
+        """Stop taking requests, let running ones finish, then end the rest with an error; keep
+        the conversations the engine holds on disk for the next run. Returns how many are."""
         self.draining = True
         deadline = time.monotonic() + timeout
         while self.engine.has_work and time.monotonic() < deadline:
@@ -224,9 +225,7 @@ class EngineWorker:
         )
         self.maybe_heartbeat(force=True)
         try:
-            on_disk = self.engine.persist()
+            return self.engine.persist()
         except Exception:  # a cache: the next run recomputes what it cannot find
             logger.exception("saving kept conversations to disk failed")
-        else:
-            if on_disk:
-                logger.info("%d conversations saved on disk for the next run", on_disk)
+            return 0

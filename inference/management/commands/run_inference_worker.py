@@ -62,11 +62,12 @@ class Command(BaseCommand):
         worker.maybe_heartbeat(force=True)
         heartbeat = threading.Thread(target=worker.heartbeat_forever, name="heartbeat", daemon=True)
         heartbeat.start()
+        on_disk = 0
         try:
             worker.run_forever()
-            worker.drain(options["drain_timeout"])
+            on_disk = worker.drain(options["drain_timeout"])
         finally:
             transport.retire()
             transport.close()
             engine.runner.close()
-        self.stdout.write("inference worker stopped")
+        self.stdout.write(f"inference worker stopped; {on_disk} conversations saved on disk")
