@@ -3,8 +3,9 @@
     python -m bench.load [--model smollm2-135m] [--users 50] [--duration 120] [--rest-share 0.5]
                          [--think 1,6] [--redis redis://127.0.0.1:6379/13] [--max-queue 16]
 
-Starts qassist from scratch (a temporary SQLite database and var folder; with --redis a web
-process and an inference worker on that Redis, without it the embedded mode) and drives
+Starts qassist from scratch (a temporary SQLite database or an empty --database-url, a temporary
+var folder; with --redis a web process and an inference worker on that Redis, without it the
+embedded mode) and drives
 `--users` users, each in a closed loop with think time: a share of them chat over the websocket
 (logged-in members, follow-up turns in the same conversation), the rest call the REST API with
 their tenant's key, streaming. Two tenants: `open` without limits and `tight` with a low
@@ -66,6 +67,16 @@ class Outcome:
 class Run:
     outcomes: list[Outcome] = field(default_factory=list)
     rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    loop_lag: list[float] = field(default_factory=list)  # the driver's own event loop
+
+
+async def sample_loop_lag(deadline: float, run: Run) -> None:
+    """How late this driver's event loop wakes up: every client's timestamps wait for it, so a
+    refusal measured at 1 s with a loop 0.8 s late was the driver's, not the server's."""
+    while time.monotonic() < deadline:
+        before = time.monotonic()
+        await asyncio.sleep(0.02)
+        run.loop_lag.append(time.monotonic() - before - 0.02)
 
 
 def rss_kib(pid: int) -> int:
@@ -272,6 +283,13 @@ def report(run: Run, wall: float, db: dict[str, Any]) -> bool:
                 f"  {kind}: {len(times)}, p50 {pct(times, 0.5) * 1000:.0f} ms, "
                 f"p95 {pct(times, 0.95) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
             )
+    if run.loop_lag:
+        lag = run.loop_lag
+        print(
+            f"driver event loop lag: p50 {pct(lag, 0.5) * 1000:.0f} ms, "
+            f"p99 {pct(lag, 0.99) * 1000:.0f} ms, max {max(lag) * 1000:.0f} ms "
+            f"({sum(x >= 0.25 for x in lag)} of {len(lag)} wake-ups late by 250 ms or more)"
+        )
     for name, samples in run.rss.items():
         start, end = samples[min(2, len(samples) - 1)][1], samples[-1][1]
         peak = max(kib for _, kib in samples)
@@ -324,6 +342,9 @@ def main() -> None:
     parser.add_argument("--rest-share", type=float, default=0.5)
     parser.add_argument("--think", default="1,6", help="seconds between requests: min,max")
     parser.add_argument("--redis", default="", help="Redis mode on this Redis (else embedded)")
+    parser.add_argument(
+        "--database-url", default="", help="an empty database to use (else a temporary SQLite)"
+    )
     parser.add_argument("--max-queue", type=int, default=16)
     parser.add_argument("--parallel", type=int, default=48)
     parser.add_argument("--max-tokens", type=int, default=96)
@@ -337,7 +358,7 @@ def main() -> None:
         workdir = Path(tmp)
         env = {k: v for k, v in os.environ.items() if not k.startswith("QASSIST_")}
         env.update(
-            DATABASE_URL=f"sqlite:///{workdir / 'load.sqlite3'}",
+            DATABASE_URL=args.database_url or f"sqlite:///{workdir / 'load.sqlite3'}",
             QASSIST_VAR_DIR=str(workdir),
             QASSIST_MODEL=args.model,
             QASSIST_MODELS_DIR=str(ROOT / "models"),
@@ -386,7 +407,7 @@ def main() -> None:
             deadline = time.monotonic() + args.duration
             started = time.monotonic()
             ws_url = f"ws://127.0.0.1:{port}/ws/chat/"
-            tasks = [sample_rss(pids, deadline, run)]
+            tasks = [sample_rss(pids, deadline, run), sample_loop_lag(deadline, run)]
             for slug, cookie in seeded["cookies"]:
                 tasks.append(ws_user(ws_url, base, slug, cookie, deadline, args, run))
             for i in range(rest_users):
