@@ -566,9 +566,10 @@ def _redis_restart(args: argparse.Namespace, workdir: Path, server: PrivateRedis
 
 # --- worker-upgrade: a worker stopped (drained) and started again ------------------------------
 
+UPGRADE_GAMES = ["chess", "checkers", "go", "backgammon", "poker", "bridge", "mahjong", "shogi"]
 UPGRADE_TURNS = [
-    "Describe the rules of chess in a few sentences.",
-    "Which piece is the most powerful, and why?",
+    "Describe the rules of {game} in a few sentences.",
+    "What is the most important strategy in {game}, and why?",
 ]
 
 
@@ -629,9 +630,14 @@ def _worker_upgrade(
     worker_cmd = [PYTHON, "manage.py", "run_inference_worker"]
 
     async def turns(prompt: str, sessions: list[str | None]) -> list[Outcome]:
+        # Each conversation about its own game: distinct histories, nothing shared but the
+        # template (at temperature 0, equal prompts would make equal conversations).
         return list(
             await asyncio.gather(
-                *(chat_once(ws_url, base, cookie, prompt, 0, session=s) for s in sessions)
+                *(
+                    chat_once(ws_url, base, cookie, prompt.format(game=game), 0, session=s)
+                    for s, game in zip(sessions, UPGRADE_GAMES, strict=False)
+                )
             )
         )
 
@@ -657,7 +663,7 @@ def _worker_upgrade(
             while worker_stats(base).get("id") == before.get("id"):
                 time.sleep(0.2)  # the old worker's last heartbeat until it expires
             ready_seconds = time.monotonic() - started
-            after_turn = asyncio.run(turns("And the weakest?", sessions))
+            after_turn = asyncio.run(turns("And the most common mistake in {game}?", sessions))
             ok = ok and all(o.status == "complete" for o in after_turn)
             after = worker_stats(base)
     ttfts = sorted((o.first_delta or o.ended) - o.sent for o in after_turn)
@@ -881,7 +887,7 @@ def main() -> None:
     scale.add_argument("--max-tokens", type=int, default=96)
     scale.add_argument("--sqlite", action="store_true", help="SQLite instead of PostgreSQL")
     up = sub.add_parser("worker-upgrade", help="a worker stopped and started: history kept?")
-    up.add_argument("--conversations", type=int, default=3)
+    up.add_argument("--conversations", type=int, default=3, choices=range(1, 9))
     up.add_argument("--max-tokens", type=int, default=60)
     args = parser.parse_args()
     if not MODEL.exists():
