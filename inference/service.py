@@ -194,6 +194,15 @@ def get_prompt_counter() -> PromptCounter:
         return _counter
 
 
+def preload_prompt_counter() -> None:
+    """Load the vocabulary now (at the web process's start). A missing model file is not fatal
+    here: admission refuses clearly until it is installed."""
+    try:
+        get_prompt_counter()
+    except FileNotFoundError as exc:
+        logger.warning("the model's vocabulary is not loaded: %s", exc)
+
+
 def set_prompt_counter(counter: PromptCounter | None) -> None:
     """Swap the process's counter (tests count with the fake runner's tokenizer)."""
     global _counter

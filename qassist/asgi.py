@@ -19,11 +19,14 @@ from chat.routing import websocket_urlpatterns  # noqa: E402
 from qassist.websocket import SameOriginValidator  # noqa: E402
 
 if os.environ.get("QASSIST_PRELOAD_ENGINE", "1") != "0":
-    from inference.service import engine_mode, get_engine_client
+    from inference.service import engine_mode, get_engine_client, preload_prompt_counter
 
     if engine_mode() == "embedded":
         # Load the model on the engine's own thread now, not when the first message arrives.
         get_engine_client()
+    # Admission counts every prompt's tokens with the model's vocabulary: load it now (a few
+    # hundred ms), not while the first requests after a start wait for it, refusals included.
+    preload_prompt_counter()
 
 application = ProtocolTypeRouter(
     {
