@@ -230,7 +230,6 @@ class Qassist:
                 "QASSIST_HOST_CACHE_MB": str(args.host_cache_mb),
                 "QASSIST_MAX_SEQ_TOKENS": "4096",
                 "QASSIST_MAX_WAIT_SECONDS": "600",
-                "QASSIST_QUEUE_AGING_SECONDS": "300",
                 "QASSIST_USER_MAX_STREAMS": "4",
                 # The machine is shared: a step slowed by other processes is not a dead worker.
                 "QASSIST_WORKER_HEARTBEAT_SECONDS": "30",
@@ -410,7 +409,15 @@ def qassist_turns(model: Path, args: argparse.Namespace) -> list[Run]:
 
 def qassist_fairness(model: Path, args: argparse.Namespace) -> list[tuple[str, float]]:
     with tempfile.TemporaryDirectory(prefix="qassist-fair-") as tmp:
-        q = Qassist(model, args, Path(tmp), QASSIST_PARALLEL="16", QASSIST_MIN_STREAM_SPEED="0")
+        q = Qassist(
+            model,
+            args,
+            Path(tmp),
+            QASSIST_PARALLEL="16",
+            QASSIST_MIN_STREAM_SPEED="0",
+            # The start order is fair share's alone: aging (oldest first) must not kick in.
+            QASSIST_QUEUE_AGING_SECONDS="300",
+        )
         cookies = make_accounts(q.env, {"tenant-a": (40, ""), "tenant-b": (4, "")})
 
         def scenario(q: Qassist, base: str, ws_url: str) -> list[tuple[str, float]]:

@@ -68,6 +68,7 @@ class Run:
     outcomes: list[Outcome] = field(default_factory=list)
     rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     loop_lag: list[float] = field(default_factory=list)  # the driver's own event loop
+    cpu: dict[str, float] = field(default_factory=dict)  # process -> cores used on average
 
 
 async def sample_loop_lag(deadline: float, run: Run) -> None:
@@ -84,6 +85,12 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time the process (all its threads) has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def seed(env: dict[str, str], ws_users: int, rest_users: int) -> dict[str, Any]:
@@ -160,11 +167,19 @@ async def ws_user(
 
 
 async def rest_user(
-    base: str, tenant: str, key: str, model: str, deadline: float, args: Any, run: Run, n: int
+    client: httpx.AsyncClient,
+    base: str,
+    tenant: str,
+    key: str,
+    model: str,
+    deadline: float,
+    args: Any,
+    run: Run,
+    n: int,
 ) -> None:
     rng = random.Random(n)
     headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT) as client:
+    async with client:
         while time.monotonic() < deadline:
             body = {
                 "model": model,
@@ -210,9 +225,16 @@ async def rest_user(
 
 
 async def sample_rss(pids: dict[str, int], deadline: float, run: Run) -> None:
+    pids = {**pids, "driver": os.getpid()}
+    started = time.monotonic()
+    cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
     while time.monotonic() < deadline + 5:
         for name, pid in pids.items():
-            run.rss.setdefault(name, []).append((time.monotonic(), rss_kib(pid)))
+            if name != "driver":
+                run.rss.setdefault(name, []).append((time.monotonic(), rss_kib(pid)))
+        if time.monotonic() < deadline:
+            wall = time.monotonic() - started
+            run.cpu = {n: (cpu_seconds(p) - cpu[n]) / wall for n, p in pids.items()}
         await asyncio.sleep(5)
 
 
@@ -277,6 +299,18 @@ def report(run: Run, wall: float, db: dict[str, Any]) -> bool:
             f"max {max(refusals) * 1000:.0f} ms; {sum(r >= 1.0 for r in refusals)} of "
             f"{len(refusals)} took a second or more"
         )
+        start = min(o.started for o in outcomes)
+        slowest = sorted(
+            (o for o in outcomes if o.result.startswith("refused")), key=lambda o: -o.duration
+        )[:8]
+        print(
+            "  slowest: "
+            + ", ".join(
+                f"{o.surface} {o.result.split(':')[1]} {o.duration * 1000:.0f} ms "
+                f"at {o.started - start:.0f} s"
+                for o in slowest
+            )
+        )
         for kind in sorted({o.result for o in outcomes if o.result.startswith("refused")}):
             times = [o.duration for o in outcomes if o.result == kind]
             print(
@@ -289,6 +323,12 @@ def report(run: Run, wall: float, db: dict[str, Any]) -> bool:
             f"driver event loop lag: p50 {pct(lag, 0.5) * 1000:.0f} ms, "
             f"p99 {pct(lag, 0.99) * 1000:.0f} ms, max {max(lag) * 1000:.0f} ms "
             f"({sum(x >= 0.25 for x in lag)} of {len(lag)} wake-ups late by 250 ms or more)"
+        )
+    if run.cpu:
+        print(
+            "CPU, cores used on average (of "
+            f"{os.cpu_count()}): "
+            + ", ".join(f"{name} {cores:.2f}" for name, cores in run.cpu.items())
         )
     for name, samples in run.rss.items():
         start, end = samples[min(2, len(samples) - 1)][1], samples[-1][1]
@@ -404,6 +444,9 @@ def main() -> None:
 
         async def drive() -> tuple[Run, float]:
             run = Run()
+            # Made before the clock starts: each takes the driver's loop tens of ms (its TLS
+            # context), which at the start delayed the first requests' timestamps by ~0.5 s.
+            clients = [httpx.AsyncClient(timeout=REQUEST_TIMEOUT) for _ in range(rest_users)]
             deadline = time.monotonic() + args.duration
             started = time.monotonic()
             ws_url = f"ws://127.0.0.1:{port}/ws/chat/"
@@ -412,8 +455,9 @@ def main() -> None:
                 tasks.append(ws_user(ws_url, base, slug, cookie, deadline, args, run))
             for i in range(rest_users):
                 slug = "tight" if i % 5 == 4 else "open"
+                key = seeded["keys"][slug]
                 tasks.append(
-                    rest_user(base, slug, seeded["keys"][slug], args.model, deadline, args, run, i)
+                    rest_user(clients[i], base, slug, key, args.model, deadline, args, run, i)
                 )
             await asyncio.gather(*tasks)
             return run, time.monotonic() - started

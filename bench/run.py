@@ -372,7 +372,7 @@ def run_llama_server(
     cmd = [
         str(binary), "-m", str(model), "--port", str(port), "--host", "127.0.0.1",
         "-np", str(args.parallel), "-c", str(args.parallel * 1024), "-t", str(args.threads),
-        "-tb", str(args.threads), "--no-webui",
+        "-tb", str(args.threads), "--no-webui", *args.server_args.split(),
     ]  # fmt: skip
     env = dict(os.environ, LD_LIBRARY_PATH=str(binary.parent))
     results = []
@@ -386,7 +386,8 @@ def run_llama_server(
         asyncio.run(closed_loop(make_client, 1, 1))  # warm up
         for c in args.concurrency:
             wall, requests = asyncio.run(closed_loop(make_client, c, args.requests_per_client))
-            results.append(RunResult(f"llama-server -np {args.parallel}", c, wall, requests))
+            name = f"llama-server -np {args.parallel} {args.server_args}".strip()
+            results.append(RunResult(name, c, wall, requests))
             print_row(results[-1])
     return results
 
@@ -518,6 +519,9 @@ def main() -> None:
         "--redis-url", default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/14"
     )
     parser.add_argument("--llama-server", type=Path, default=None)
+    parser.add_argument(
+        "--server-args", default="", help="more llama-server flags, e.g. --kv-unified"
+    )
     parser.add_argument(
         "--skip", default="", help="comma list of: serial, qassist, ceiling, server"
     )
