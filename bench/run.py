@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import websockets
 
-from bench.ceiling import batched_decode_tokens_per_second
+from bench.ceiling import batched_decode_tokens_per_second, prefill_tokens_per_second
 from bench.prompts import PROMPTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +67,11 @@ class RunResult:
     requests: list[RequestResult] = field(default_factory=list)
     overhead_share: float | None = None
     cpu_share: dict[str, float] = field(default_factory=dict)  # process -> cores used
+    # What the engine computed (qassist only, from the worker's counters): prompt tokens
+    # computed (not reused), tokens generated, seconds inside llama_decode.
+    prefilled: int = 0
+    generated: int = 0
+    decode_seconds: float = 0.0
 
     @property
     def ok(self) -> list[RequestResult]:
@@ -324,6 +329,13 @@ def run_qassist(model: Path, args: argparse.Namespace, logs: Path) -> list[RunRe
                 decode = after.get("decode_seconds", 0) - before.get("decode_seconds", 0)
                 overhead = 1 - decode / step if step > 0 else None
                 results.append(RunResult("qassist", c, wall, requests, overhead))
+                results[-1].prefilled = int(after.get("prefill_tokens", 0)) - int(
+                    before.get("prefill_tokens", 0)
+                )
+                results[-1].generated = int(after.get("generated_tokens", 0)) - int(
+                    before.get("generated_tokens", 0)
+                )
+                results[-1].decode_seconds = decode
                 results[-1].cpu_share = {
                     "worker": cpu[worker_proc.pid] / wall,
                     "web": cpu[web.pid] / wall,
@@ -553,6 +565,24 @@ def main() -> None:
                 model, concurrency=c, prompts=PROMPTS, steps=args.max_tokens, threads=args.threads
             )
             print(f"{'raw batched decode':28s} C={c:<3d} {ceiling[c]:7.1f} tok/s", flush=True)
+    if "ceiling" not in skip and qassist:
+        # The ceiling: raw decode time for the tokens generated (at the run's C) plus
+        # raw prefill time for the prompt tokens computed, against qassist's wall time.
+        prefill_tps = prefill_tokens_per_second(model, prompts=PROMPTS, threads=args.threads)
+        print(f"{'raw prefill (chat prompts)':28s} {prefill_tps:7.1f} tok/s", flush=True)
+        for r in qassist:
+            if r.concurrency not in ceiling:
+                continue
+            decode_s = r.generated / ceiling[r.concurrency]
+            prefill_s = r.prefilled / prefill_tps
+            print(
+                f"ceiling C={r.concurrency:<3d} {r.generated} tokens generated, {r.prefilled} "
+                f"prompt tokens computed: {decode_s:.1f} s + {prefill_s:.1f} s = "
+                f"{decode_s + prefill_s:.1f} s; qassist wall {r.wall:.1f} s "
+                f"({r.wall / (decode_s + prefill_s):.2f}x), inside llama_decode "
+                f"{r.decode_seconds:.1f} s ({r.decode_seconds / (decode_s + prefill_s):.2f}x)",
+                flush=True,
+            )
     server: list[RunResult] = []
     binary = args.llama_server
     if binary is None:
