@@ -7,6 +7,7 @@ web side (asyncio). Events cross from the thread to the event loop with `call_so
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import threading
 import time
@@ -108,6 +109,10 @@ class LocalEngineClient:
                     target=self._run, name="qassist-engine", daemon=True
                 )
                 self._thread.start()
+                # When the web process exits (daphne stopped by SIGTERM or Ctrl-C), the engine
+                # drains and keeps its conversations on disk like a worker does, instead of
+                # vanishing with its daemon thread.
+                atexit.register(self.stop)
 
     def _run(self) -> None:
         try:
@@ -120,7 +125,9 @@ class LocalEngineClient:
         self.worker = EngineWorker(engine, self.transport)
         self._ready.set()
         self.worker.run_forever()
-        self.worker.drain(timeout=10.0)
+        on_disk = self.worker.drain(timeout=10.0)
+        if on_disk:
+            logger.info("engine stopped; %d conversations saved on disk", on_disk)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         self.start()

@@ -53,3 +53,23 @@ async def test_a_full_queue_is_answered_busy_by_the_client_without_reaching_the_
         assert isinstance(await second, Done)
     finally:
         client.stop(timeout=5)
+
+
+def test_when_the_web_process_exits_the_engine_drains_and_keeps_its_conversations(
+    monkeypatch,
+) -> None:
+    at_exit: list[Callable[[], None]] = []
+    monkeypatch.setattr("inference.local.atexit.register", at_exit.append)
+    runner = FakeRunner(n_seq_max=1, disk_budget_bytes=1_000_000)
+    engine = make_engine(runner, host_cache_bytes=1_000_000, host_disk_bytes=1_000_000)
+    client = LocalEngineClient(lambda: engine)
+
+    async def chat() -> object:
+        return await last_event(client, "tell me about the sea, please")
+
+    assert isinstance(asyncio.run(chat()), Done)
+    assert at_exit == [client.stop]  # registered when the engine thread started
+    at_exit[0]()  # what the interpreter does at exit
+    assert not client.alive
+    # The kept conversation was written to the disk tier (the drain's last act).
+    assert [tokens for _, tokens in runner.disk.values()] == [runner.kv[0]]
