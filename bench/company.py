@@ -51,6 +51,7 @@ from bench.run import (
     process,
     qassist_env,
     wait_http,
+    worker_stats,
 )
 
 THINK = (0.5, 2.0)  # seconds between a reply and the user's next message
@@ -210,12 +211,6 @@ async def ws_conversation(
             if think:
                 await asyncio.sleep(rng.uniform(*THINK))
     return turns
-
-
-def worker_stats(base: str) -> dict[str, Any]:
-    health = httpx.get(f"{base}/healthz", timeout=5).json()
-    workers = health.get("engine", {}).get("workers", [])
-    return workers[0] if workers else {}
 
 
 class Qassist:

@@ -45,7 +45,7 @@ import httpx
 import websockets
 
 from bench.prompts import PROMPTS
-from bench.run import PYTHON, ROOT, free_port, process, wait_http
+from bench.run import PYTHON, ROOT, cpu_seconds, free_port, process, wait_http
 
 REQUEST_TIMEOUT = 300.0
 FOLLOW_UPS = ["Can you say more?", "Give an example.", "Summarise that in one sentence."]
@@ -85,12 +85,6 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time the process (all its threads) has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def seed(env: dict[str, str], ws_users: int, rest_users: int) -> dict[str, Any]:

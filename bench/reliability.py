@@ -37,7 +37,7 @@ import httpx
 import redis
 import websockets
 
-from bench.run import free_port, login_cookie, process
+from bench.run import free_port, login_cookie, process, worker_stats
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -571,12 +571,6 @@ UPGRADE_TURNS = [
     "Describe the rules of {game} in a few sentences.",
     "What is the most important strategy in {game}, and why?",
 ]
-
-
-def worker_stats(base: str) -> dict[str, Any]:
-    _, body = health(base)
-    workers = body.get("engine", {}).get("workers", [])
-    return workers[0] if workers else {}
 
 
 def run_worker_upgrade(args: argparse.Namespace) -> int:

@@ -283,7 +283,7 @@ async def closed_loop(
     return time.perf_counter() - started, [r for batch in batches for r in batch]
 
 
-def worker_stats(base: str) -> dict[str, float]:
+def worker_stats(base: str) -> dict[str, Any]:
     health = httpx.get(f"{base}/healthz", timeout=5).json()
     workers = health.get("engine", {}).get("workers", [])
     return workers[0] if workers else {}

@@ -121,12 +121,7 @@ class HostCache:
             if entry.on_disk or entry.entry_id == pinned:
                 continue
             used -= len(entry.tokens)
-            if self._make_disk_room(len(entry.tokens), pinned, result.dropped):
-                entry.on_disk = True
-                result.spilled.append(entry)
-            else:
-                del self.entries[entry.entry_id]
-                result.dropped.append(entry.entry_id)
+            self._spill_or_drop(entry, pinned, result)
         result.entry_id = next(self._ids)
         self.entries[result.entry_id] = HostEntry(result.entry_id, tenant, list(tokens), tick)
         return result
@@ -147,17 +142,21 @@ class HostCache:
         result = SaveResult(None)
         memory = [e for e in self.entries.values() if not e.on_disk]
         for entry in sorted(memory, key=lambda e: -e.last_used):
-            if self._make_disk_room(len(entry.tokens), None, result.dropped):
-                entry.on_disk = True
-                result.spilled.append(entry)
-            else:
-                del self.entries[entry.entry_id]
-                result.dropped.append(entry.entry_id)
+            self._spill_or_drop(entry, None, result)
         return result
 
     def discard(self, entry_id: int) -> None:
         """Forget an entry (its restore failed: the file went missing or did not check out)."""
         self.entries.pop(entry_id, None)
+
+    def _spill_or_drop(self, entry: HostEntry, pinned: int | None, result: SaveResult) -> None:
+        """Move a memory entry to disk when the disk budget can make room for it, else drop it."""
+        if self._make_disk_room(len(entry.tokens), pinned, result.dropped):
+            entry.on_disk = True
+            result.spilled.append(entry)
+        else:
+            del self.entries[entry.entry_id]
+            result.dropped.append(entry.entry_id)
 
     def _make_disk_room(self, n: int, pinned: int | None, dropped: list[int]) -> bool:
         """Drop disk entries, least recently used first, until `n` more tokens fit."""

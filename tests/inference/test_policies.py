@@ -4,6 +4,7 @@ tenant isolation of KV reuse, and the host-memory cache (decisions checked by th
 from typing import Any
 
 from inference import fairshare
+from inference.engine import Engine
 from inference.hostcache import common_prefix_len
 from inference.scheduler import KvOp, RestoreKv, SaveKv, Scheduler
 from inference.speed import MIN_STEPS, STRETCH, SpeedGovernor
@@ -511,17 +512,26 @@ def test_restore_decisions_come_before_the_batch_that_uses_them():
     assert back.status is RequestStatus.RUNNING
 
 
-def test_a_long_prompt_is_spread_so_running_streams_steps_stay_within_their_stretch():
+def sixteen_streams(reply_chars: int, warm_steps: int) -> tuple[FakeRunner, Engine, SamplingParams]:
+    """Sixteen streams replying `reply_chars` characters, run `warm_steps` steps on this
+    machine's measured step times (`cost`), so the engine has learned them."""
     runner = FakeRunner(
-        n_seq_max=32, n_ctx=100_000, reply_for=lambda p: "y" * (300 if p.startswith("s") else 5)
+        n_seq_max=32,
+        n_ctx=100_000,
+        reply_for=lambda p: "y" * (reply_chars if p.startswith("s") else 5),
     )
     runner.step_seconds = cost
     engine = make_engine(runner, max_batch_tokens=256, max_queue=64)
     params = SamplingParams(temperature=0)
     for i in range(16):
         engine.add_request(f"s{i}", [ChatMessage("user", f"s{i}")], params)
-    for _ in range(40):  # the sixteen stream; the engine learns its step times
+    for _ in range(warm_steps):
         engine.step()
+    return runner, engine, params
+
+
+def test_a_long_prompt_is_spread_so_running_streams_steps_stay_within_their_stretch():
+    runner, engine, params = sixteen_streams(300, 40)
     assert engine.num_running == 16
     assert engine.add_request("long", [ChatMessage("user", "x" * 900)], params) == []
     decode_only = cost(16, 0)
@@ -567,16 +577,7 @@ def test_prompt_chunks_that_cost_more_than_planned_shrink_the_next_ones():
 
 
 def test_a_long_prompt_left_alone_gets_whole_steps():
-    runner = FakeRunner(
-        n_seq_max=32, n_ctx=100_000, reply_for=lambda p: "y" * (40 if p.startswith("s") else 5)
-    )
-    runner.step_seconds = cost
-    engine = make_engine(runner, max_batch_tokens=256, max_queue=64)
-    params = SamplingParams(temperature=0)
-    for i in range(16):
-        engine.add_request(f"s{i}", [ChatMessage("user", f"s{i}")], params)
-    for _ in range(25):  # the sixteen stream; the engine learns its step times
-        engine.step()
+    runner, engine, params = sixteen_streams(40, 25)
     engine.add_request("long", [ChatMessage("user", "x" * 900)], params)
     while engine.has_work:
         engine.step()
@@ -716,16 +717,7 @@ def test_files_beyond_the_disk_budget_are_not_adopted_at_start():
 
 
 def test_a_turns_short_message_is_computed_in_one_step_beside_running_streams():
-    runner = FakeRunner(
-        n_seq_max=32, n_ctx=100_000, reply_for=lambda p: "y" * (300 if p.startswith("s") else 5)
-    )
-    runner.step_seconds = cost
-    engine = make_engine(runner, max_batch_tokens=256, max_queue=64)
-    params = SamplingParams(temperature=0)
-    for i in range(16):
-        engine.add_request(f"s{i}", [ChatMessage("user", f"s{i}")], params)
-    for _ in range(40):  # the sixteen stream; the engine learns its step times
-        engine.step()
+    runner, engine, params = sixteen_streams(300, 40)
     assert engine.scheduler.prompt_budget < 30  # a long prompt would go in chunks this size
     engine.add_request("q1", [ChatMessage("user", "x" * 40)], params)
     engine.add_request("q2", [ChatMessage("user", "z" * 40)], params)
