@@ -41,6 +41,7 @@ MIN_PROMPT_CHUNK = 8  # prompt tokens a step may always carry, so prompts always
 MIN_BACKGROUND_CHUNK = 8
 DECAY = 0.98  # weight kept by an older step at each new one: about the last 50 steps count
 MIN_STEPS = 20  # steps observed before the measured limit replaces the initial one
+RIDGE = 1e-6  # added to the normal equations' diagonal, relative to each term's own scale
 DECODE_WEIGHT = 0.2  # share of the latest decode-only step in the decode-only reference
 PROMPT_WEIGHT = 0.4  # share of the latest chunk step in the measured prompt-token cost
 
@@ -93,20 +94,27 @@ class StepModel:
     def coefficients(self) -> tuple[float, float, float] | None:
         if self.steps_seen == 0:
             return None
-        fit = _solve3(self._xtx, self._xty)
+        # A touch of ridge: when the steps do not tell two terms apart (the same streams
+        # decoding throughout make `fixed` and `per_decode` one number), the fit takes the
+        # smallest coefficients that explain the steps instead of failing, so the prompt-token
+        # cost is still learned from the steps that carried prompt tokens.
+        xtx = [
+            [v * (1.0 + RIDGE) if i == j else v for j, v in enumerate(row)]
+            for i, row in enumerate(self._xtx)
+        ]
+        fit = _solve3(xtx, self._xty)
         # Rounding can make an exact zero slightly negative: a microsecond is zero here.
         if fit is not None and fit[0] >= -1e-6 and fit[1] > 0 and fit[2] >= -1e-6:
             return max(0.0, fit[0]), fit[1], max(0.0, fit[2])
-        # The steps do not tell the fixed cost apart (the same streams decoding throughout make
-        # `fixed` and `per_decode` one number), or it came out negative: fit the per-token terms
-        # alone, so the prompt-token cost is still learned from the steps that carried some.
-        a, b, c = self._xtx[1][1], self._xtx[1][2], self._xtx[2][2]
-        det = a * c - b * b
-        if det > 1e-9 * max(a * c, 1e-30):
-            per_decode = (c * self._xty[1] - b * self._xty[2]) / det
-            per_prompt = (a * self._xty[2] - b * self._xty[1]) / det
-            if per_decode > 0 and per_prompt >= -1e-6:
-                return 0.0, per_decode, max(0.0, per_prompt)
+        if fit is not None and fit[0] < 0:
+            # A negative fixed cost means none to speak of: fit the per-token terms alone.
+            a, b, c = xtx[1][1], xtx[1][2], xtx[2][2]
+            det = a * c - b * b
+            if det > 1e-12 * max(a * c, 1e-30):
+                per_decode = (c * self._xty[1] - b * self._xty[2]) / det
+                per_prompt = (a * self._xty[2] - b * self._xty[1]) / det
+                if per_decode > 0 and per_prompt >= -1e-6:
+                    return 0.0, per_decode, max(0.0, per_prompt)
         # Too little variety in the steps seen (all decode, or decode and prompt sizes moving
         # together), or a noisy fit: charge the whole step time per token (cautious).
         per_token = self._seconds / max(self._decode + self._prompt, 1.0)
