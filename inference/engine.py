@@ -25,6 +25,7 @@ from inference.types import (
     Event,
     Failed,
     FinishReason,
+    KvPoolLost,
     PromptPart,
     Queued,
     Request,
@@ -91,6 +92,8 @@ class Engine:
         initial_running: int = 16,
         host_cache_bytes: int = 0,
         host_disk_bytes: int = 0,
+        park_idle_steps: int = 0,
+        compact_kv: bool = True,
     ) -> None:
         self.runner = runner
         self.max_wait = max_wait
@@ -107,6 +110,8 @@ class Engine:
             aging=aging,
             host_cache_tokens=host_tokens,
             host_disk_tokens=disk_tokens,
+            park_idle_steps=park_idle_steps,
+            compact=compact_kv,
         )
         ceiling = self.scheduler.max_running
         # Between `initial_running` (16) and the context's sequences: the floor decides how many
@@ -350,6 +355,7 @@ class Engine:
             ),
             "host_cache_disk_tokens": host.disk_used_tokens if host is not None else 0,
             "host_cache_disk_bytes": self.runner.disk_bytes,
+            "kv_compactions": self.scheduler.compactions,
             **self.stats.snapshot(),
         }
 
@@ -391,6 +397,9 @@ class Engine:
         except RestoreFailed as exc:
             self._restore_failed(exc)
             return events + self._queue_events()
+        except KvPoolLost as exc:
+            logger.exception("the KV pool was lost")
+            return events + self._pool_lost(out, str(exc))
         except Exception as exc:
             logger.exception("engine step failed")
             return events + self._fail_batch(out, str(exc))
@@ -479,6 +488,23 @@ class Engine:
         if reason is not None:
             self.scheduler.finish(request, reason)
             events.append(self._done(request))
+        return events
+
+    def _pool_lost(self, out: SchedulerOutput, message: str) -> list[Event]:
+        """Every sequence lost its KV: the requests running end with an error (as a failed
+        batch does), kept conversations are forgotten (host memory still holds its entries)."""
+        events = self._fail_batch(out, message)
+        for request in list(self.scheduler.running):
+            self.scheduler.finish(request, FinishReason.ERROR)
+            self._forget(request)
+            self.stats.count_error(ErrorCode.INTERNAL.value)
+            events.append(
+                Failed(
+                    request.request_id, ErrorCode.INTERNAL.value, f"generation failed: {message}"
+                )
+            )
+        self.scheduler.pool_lost()
+        self._kept.clear()
         return events
 
     def _fail_batch(self, out: SchedulerOutput, message: str) -> list[Event]:

@@ -117,6 +117,7 @@ _COUNTERS = (
     ("tokens_reused", "reused_tokens", "Prompt tokens reused from KV kept in a sequence."),
     ("tokens_restored", "restored_tokens", "Prompt tokens restored from memory or disk."),
     ("restore_failures", "restore_failures", "Saved KV not restorable, recomputed instead."),
+    ("kv_compactions", "kv_compactions", "Times the KV pool was packed to close freed holes."),
     ("follow_up_turns", "follow_ups", "Requests continuing a conversation."),
     ("follow_up_turns_warm", "follow_ups_warm", "Follow-up turns that found their history."),
     ("decode_seconds", "decode_seconds", "Seconds spent in llama_decode."),

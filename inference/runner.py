@@ -20,6 +20,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from inference.kvdisk import DiskKvStore
 from inference.scheduler import (
+    CompactKv,
     DropSaved,
     KvOp,
     RestoreKv,
@@ -27,7 +28,14 @@ from inference.scheduler import (
     SchedulerOutput,
     SpillSaved,
 )
-from inference.types import ChatMessage, PromptPart, Request, RestoreFailed, prompt_text
+from inference.types import (
+    ChatMessage,
+    KvPoolLost,
+    PromptPart,
+    Request,
+    RestoreFailed,
+    prompt_text,
+)
 
 logger = logging.getLogger("inference.llama")
 
@@ -259,6 +267,7 @@ class LlamaRunner:
 
         self._samplers: dict[str, Any] = {}
         self.last_decode_seconds = 0.0
+        self.last_compaction_seconds = 0.0
 
     # --- the model's text side, for the engine --------------------------------------------------
 
@@ -311,6 +320,8 @@ class LlamaRunner:
                     failed.append((action.seq_id, action.entry))
             elif isinstance(action, SpillSaved):
                 self._spill(action)
+            elif isinstance(action, CompactKv):
+                self._compact()
             elif isinstance(action, DropSaved):
                 self._saved.pop(action.entry, None)
                 if self._disk is not None:
@@ -358,6 +369,25 @@ class LlamaRunner:
         llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.keep, -1)
         if op.copy_from is not None and op.copy_len > 0:
             llama_cpp.llama_memory_seq_cp(self.memory, op.copy_from, op.seq_id, 0, op.copy_len)
+
+    def _compact(self) -> None:
+        """Pack every sequence's cells from the pool's start: the whole KV (cells shared by
+        several sequences stay shared) is written out and read back, and llama.cpp's whole-pool
+        read places the cells contiguously from cell 0."""
+        started = time.perf_counter()
+        size = int(llama_cpp.llama_state_seq_get_size(self.ctx, -1))
+        blob = np.empty(size, dtype=np.uint8)
+        ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+        written = int(llama_cpp.llama_state_seq_get_data(self.ctx, ptr, size, -1))
+        if written <= 0:
+            logger.warning("packing the KV pool: saving it failed; left as it was")
+            return
+        read = int(llama_cpp.llama_state_seq_set_data(self.ctx, ptr, written, -1))
+        if read != written:
+            # The pool was cleared before the read: what the sequences held is gone.
+            llama_cpp.llama_memory_clear(self.memory, True)
+            raise KvPoolLost(f"packing the KV pool failed (read {read} of {written} bytes)")
+        self.last_compaction_seconds = time.perf_counter() - started
 
     # --- host memory: whole sequences saved and restored as llama.cpp state blobs -------------
 

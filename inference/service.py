@@ -75,6 +75,8 @@ def build_engine() -> Engine:
         min_stream_speed=settings.QASSIST_MIN_STREAM_SPEED,
         host_cache_bytes=settings.QASSIST_HOST_CACHE_MB * 1024 * 1024,
         host_disk_bytes=settings.QASSIST_HOST_CACHE_DISK_MB * 1024 * 1024,
+        park_idle_steps=settings.QASSIST_PARK_IDLE_STEPS,
+        compact_kv=settings.QASSIST_KV_COMPACT,
     )
 
 

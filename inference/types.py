@@ -60,6 +60,11 @@ class RestoreFailed(Exception):
         self.failures = failures  # (sequence id, host entry id)
 
 
+class KvPoolLost(Exception):
+    """Raised by a runner when the whole KV pool was lost (packing it failed after it was
+    cleared): every sequence, running or kept, holds nothing any more."""
+
+
 class EngineError(Exception):
     """A request the engine refuses or cannot finish, with a code clients can act on."""
 

@@ -232,6 +232,11 @@ def check_scheduling(app_configs: AppConfigs = None, **kwargs: Any) -> list[Chec
         positive=False,
         hint="Megabytes of disk for idle conversations' KV beyond memory; 0 turns it off.",
     )
+    number(
+        "QASSIST_PARK_IDLE_STEPS",
+        positive=False,
+        hint="Engine steps before an idle conversation's KV moves to host memory; 0 keeps it.",
+    )
     for network in getattr(settings, "QASSIST_METRICS_NETWORKS", []):
         try:
             ipaddress.ip_network(network)

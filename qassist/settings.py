@@ -196,6 +196,13 @@ QASSIST_MAX_WAIT_SECONDS = env_float("QASSIST_MAX_WAIT_SECONDS", 90.0)  # then "
 QASSIST_HOST_CACHE_MB = env_int("QASSIST_HOST_CACHE_MB", 1024)
 # Beyond that, on disk (0 turns it off); kept across worker restarts for the same model file.
 QASSIST_HOST_CACHE_DISK_MB = env_int("QASSIST_HOST_CACHE_DISK_MB", 4096)
+# An idle conversation's KV leaves its sequence for host memory after this many engine steps
+# (about 0.1 s each): kept in llama.cpp's pool it slows every running stream. 0 keeps it there
+# until the sequence is needed.
+QASSIST_PARK_IDLE_STEPS = env_int("QASSIST_PARK_IDLE_STEPS", 10)
+# Pack llama.cpp's KV pool when freed cells leave holes that every token would still visit
+# (off only to measure what it gains).
+QASSIST_KV_COMPACT = env_bool("QASSIST_KV_COMPACT", True)
 QASSIST_HOST_CACHE_DIR = env_str("QASSIST_HOST_CACHE_DIR", str(VAR_DIR / "kvcache"))
 # Besides loopback and staff, who may read GET /metrics (CIDR networks, e.g. 10.0.0.0/8).
 QASSIST_METRICS_NETWORKS = env_list("QASSIST_METRICS_NETWORKS", "")

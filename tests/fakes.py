@@ -18,8 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.engine import Engine
-from inference.scheduler import DropSaved, KvOp, RestoreKv, SaveKv, SchedulerOutput, SpillSaved
-from inference.types import ChatMessage, PromptPart, Request, RestoreFailed, prompt_text
+from inference.scheduler import (
+    CompactKv,
+    DropSaved,
+    KvOp,
+    RestoreKv,
+    SaveKv,
+    SchedulerOutput,
+    SpillSaved,
+)
+from inference.types import ChatMessage, KvPoolLost, PromptPart, Request, RestoreFailed, prompt_text
 
 EOG = 1
 OFFSET = 10
@@ -80,6 +88,8 @@ class FakeRunner:
     spills: list[SpillSaved] = field(default_factory=list)
     left_on_disk: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
     lose_disk_entries: bool = False  # files deleted behind the worker's back
+    compactions: int = 0
+    fail_compaction: bool = False  # the pool is cleared, then reading it back fails
 
     @property
     def saved_bytes(self) -> int:
@@ -174,6 +184,12 @@ class FakeRunner:
                 assert len(tokens) == action.n_tokens
                 self.kv[action.seq_id] = list(tokens)
                 self.restores.append(action)
+            elif isinstance(action, CompactKv):
+                # Packing moves cells, never changes what a sequence holds.
+                self.compactions += 1
+                if self.fail_compaction:
+                    self.kv.clear()
+                    raise KvPoolLost("packing the KV pool failed")
             elif isinstance(action, DropSaved):
                 found = self.saved.pop(action.entry, None) or self.disk.pop(action.entry, None)
                 assert found is not None or self.lose_disk_entries, "dropping a missing entry"

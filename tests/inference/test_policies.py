@@ -6,7 +6,7 @@ from typing import Any
 from inference import fairshare
 from inference.engine import Engine
 from inference.hostcache import common_prefix_len
-from inference.scheduler import KvOp, RestoreKv, SaveKv, Scheduler
+from inference.scheduler import COMPACT_MIN_FREED, CompactKv, KvOp, RestoreKv, SaveKv, Scheduler
 from inference.speed import MIN_STEPS, STRETCH, SpeedGovernor
 from inference.types import (
     ChatMessage,
@@ -399,6 +399,117 @@ def test_a_conversation_whose_sequence_was_taken_restores_from_host_memory():
     assert engine.stats.restored_tokens == second.cached_tokens
     assert engine.stats.follow_ups == engine.stats.follow_ups_warm == 1
     assert engine.status()["host_cache_bytes"] == runner.saved_bytes > 0
+
+
+def test_an_idle_conversation_leaves_its_sequence_for_host_memory_and_comes_back_warm():
+    runner = FakeRunner(n_seq_max=4, reply_for=lambda p: f"answer to {p}")
+    engine = make_engine(runner, host_cache_bytes=1_000_000, max_queue=32, park_idle_steps=3)
+    alice, first = talk(engine, "a1", [], "tell me about the sea, please")
+    alice_seq = next(s for s in engine.scheduler.slots if s.tokens)
+    held = first.prompt_tokens + first.completion_tokens
+    assert len(alice_seq.tokens) == held  # kept in place while it may continue at once
+    # Someone else talks for more than three steps: alice's KV moves out, her cells are freed.
+    talk(engine, "b1", [], "what is the time in Paris now? Tell me in detail, please")
+    assert [s.n_tokens for s in runner.saves] == [held]
+    assert runner.saves[0].seq_id == alice_seq.seq_id
+    assert runner.kv[alice_seq.seq_id] == []
+    assert not alice_seq.tokens
+    _, second = talk(engine, "a2", alice, "and the mountains?")
+    assert runner.restores[-1].entry == runner.saves[0].entry
+    assert second.cached_tokens == held  # the whole history, only the new message computed
+    assert engine.stats.follow_ups_warm == 1
+
+
+def test_a_quick_follow_up_continues_in_its_sequence_without_a_round_trip():
+    runner = FakeRunner(n_seq_max=4, reply_for=lambda p: f"answer to {p}")
+    engine = make_engine(runner, host_cache_bytes=1_000_000, max_queue=32, park_idle_steps=50)
+    alice, first = talk(engine, "a1", [], "tell me about the sea, please")
+    _, second = talk(engine, "a2", alice, "and the mountains?")
+    assert not runner.saves
+    assert not runner.restores
+    assert second.cached_tokens == first.prompt_tokens + first.completion_tokens
+
+
+def test_without_host_memory_an_idle_conversation_stays_in_its_sequence():
+    runner = FakeRunner(n_seq_max=4, reply_for=lambda p: f"answer to {p}")
+    engine = make_engine(runner, max_queue=32, park_idle_steps=1)
+    alice, first = talk(engine, "a1", [], "tell me about the sea, please")
+    talk(engine, "b1", [], "what is the time in Paris now? Tell me in detail, please")
+    _, second = talk(engine, "a2", alice, "and the mountains?")
+    assert not runner.saves
+    assert second.cached_tokens == first.prompt_tokens + first.completion_tokens
+
+
+def test_an_idle_conversation_host_memory_cannot_hold_stays_in_its_sequence():
+    s = sched(host_cache_tokens=20, park_idle_steps=1)
+    s.add(req("long", prompt=[100 + i for i in range(30)]))
+    step(s)
+    finish_running(s)
+    s.add(req("other"))
+    for _ in range(3):
+        out = step(s)
+        assert not [op for op in out.kv_ops if isinstance(op, SaveKv)]
+    assert len(s.slots[0].tokens) == 30
+
+
+def long_idle_conversation(s: Scheduler, n: int) -> None:
+    s.add(req("long", prompt=[100 + i % 50 for i in range(n)]))
+    step(s)
+    finish_running(s)
+
+
+def test_the_pool_is_packed_once_more_cells_were_freed_than_are_in_use():
+    s = sched(max_batch_tokens=4096, host_cache_tokens=100_000, park_idle_steps=1)
+    long_idle_conversation(s, COMPACT_MIN_FREED + 100)
+    s.add(req("other", prompt=[7] * 40, max_tokens=50))
+    out = step(s)  # the idle conversation goes to host memory, its cells are freed
+    kinds = [type(op) for op in out.kv_ops]
+    assert kinds[-1] is CompactKv  # after the moves that free and fill cells, before the batch
+    assert kinds.index(SaveKv) < kinds.index(KvOp) < kinds.index(CompactKv)
+    assert s.compactions == 1
+    for _ in range(5):  # nothing more was freed: never packed again for nothing
+        assert not any(isinstance(op, CompactKv) for op in step(s).kv_ops)
+
+
+def test_with_packing_off_the_pool_is_never_packed():
+    s = sched(max_batch_tokens=4096, host_cache_tokens=100_000, park_idle_steps=1, compact=False)
+    long_idle_conversation(s, COMPACT_MIN_FREED + 100)
+    s.add(req("other", prompt=[7] * 40, max_tokens=50))
+    out = step(s)
+    assert any(isinstance(op, SaveKv) for op in out.kv_ops)  # parked all the same
+    assert not any(isinstance(op, CompactKv) for op in out.kv_ops)
+
+
+def test_the_pool_is_not_packed_while_fewer_cells_were_freed_than_are_in_use():
+    s = sched(max_batch_tokens=8192, host_cache_tokens=100_000, park_idle_steps=1)
+    s.add(req("busy", prompt=[9] * (COMPACT_MIN_FREED + 500), max_tokens=50))
+    step(s)
+    long_idle_conversation(s, COMPACT_MIN_FREED + 100)
+    for _ in range(3):
+        assert not any(isinstance(op, CompactKv) for op in step(s).kv_ops)
+    assert s.compactions == 0
+    assert not s.slots[1].tokens  # the idle conversation did leave its sequence
+
+
+def test_a_pool_lost_while_packing_ends_the_running_requests_and_forgets_kept_kv():
+    runner = FakeRunner(
+        n_seq_max=4, n_ctx=16_384, max_seq_tokens=4096, reply_for=lambda p: "a long answer " * 20
+    )
+    engine = make_engine(runner, host_cache_bytes=10_000_000, max_queue=32, park_idle_steps=1)
+    alice, _ = talk(engine, "a1", [], "x" * (COMPACT_MIN_FREED + 10))
+    runner.fail_compaction = True
+    engine.add_request("b1", [ChatMessage("user", "hi")], SamplingParams(temperature=0))
+    events = engine.step()
+    failed = [e for e in events if isinstance(e, Failed)]
+    assert [(e.request_id, e.code) for e in failed] == [("b1", "internal")]
+    assert not engine.has_work
+    assert not any(slot.tokens for slot in engine.scheduler.slots)
+    runner.fail_compaction = False
+    # Nothing stale is reused: alice's history comes back from host memory, checked token by
+    # token by the fake at every sample.
+    _, again = talk(engine, "a2", alice, "and then?")
+    assert again.finish_reason == "stop"
+    assert again.cached_tokens > COMPACT_MIN_FREED
 
 
 def test_a_regenerated_turn_restores_only_the_common_prefix():

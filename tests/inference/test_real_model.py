@@ -5,6 +5,8 @@ import os
 import uuid
 from pathlib import Path
 
+import llama_cpp
+import numpy as np
 import pytest
 from django.conf import settings
 
@@ -290,3 +292,58 @@ def test_the_default_sampling_path_is_seeded_and_varies_with_the_seed(engines):
     assert any(tokens != first for tokens in others)  # other seeds draw other replies
     text = b"".join(engine.runner.token_bytes(t) for t in first).decode("utf-8", "replace")
     assert sum(ch.isalpha() for ch in text) > len(text) / 3  # words, not noise
+
+
+def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
+    """Compaction moves two replies' cells down into the hole another conversation left, and
+    they go on with exactly the tokens of a pool that never held it. (Left with the hole, new
+    tokens land below older ones and llama.cpp's attention sums in another order: with its f16
+    accumulation that gives other logits, visibly so on this small model.)"""
+    from inference.runner import LlamaRunner
+    from inference.scheduler import CompactKv, DecodeItem, KvOp, PrefillChunk, SchedulerOutput
+    from inference.types import Request
+
+    def replies(filler: bool) -> tuple[dict[int, list[int]], list[np.ndarray]]:
+        runner = LlamaRunner(
+            model_path(), n_seq_max=3, n_ctx=1024, max_batch_tokens=128, n_threads=2,
+            max_seq_tokens=512,
+        )  # fmt: skip
+        try:
+
+            def prompt(text: str) -> list[int]:
+                return runner.tokenize_parts(runner.render_prompt([ChatMessage("user", text)]))
+
+            def prefill(seq: int, text: str) -> Request:
+                tokens = prompt(text)
+                req = Request(f"r{seq}", tokens, SamplingParams(max_tokens=30, temperature=0))
+                sampled = runner.execute(
+                    SchedulerOutput(prefills=[PrefillChunk(req, seq, 0, tokens)])
+                )
+                req.output_tokens.append(sampled[req.request_id])
+                return req
+
+            if filler:
+                prefill(0, "Write a short poem about autumn leaves, with four verses.")
+            reqs = [prefill(1, "Name three rivers of Europe."), prefill(2, "Name a mountain.")]
+            if filler:  # the filler's cells freed (a hole below the replies'), then packed
+                runner.execute(SchedulerOutput(kv_ops=[KvOp(0, 0), CompactKv()]))
+            logits = []
+            for _ in range(25):
+                items = [
+                    DecodeItem(r, i + 1, r.output_tokens[-1], r.num_tokens - 1)
+                    for i, r in enumerate(reqs)
+                ]
+                sampled = runner.execute(SchedulerOutput(decodes=items))
+                for r in reqs:
+                    r.output_tokens.append(sampled[r.request_id])
+                for row in range(len(reqs)):
+                    ptr = llama_cpp.llama_get_logits_ith(runner.ctx, row)
+                    logits.append(np.ctypeslib.as_array(ptr, shape=(runner.n_vocab,)).copy())
+            return {i: r.output_tokens for i, r in enumerate(reqs)}, logits
+        finally:
+            runner.close()
+
+    packed, packed_logits = replies(filler=True)
+    fresh, fresh_logits = replies(filler=False)
+    assert packed == fresh
+    assert all(np.array_equal(a, b) for a, b in zip(packed_logits, fresh_logits, strict=True))
