@@ -26,6 +26,7 @@ from inference.scheduler import (
     RestoreKv,
     SaveKv,
     SchedulerOutput,
+    ShareKv,
     SpillSaved,
 )
 from inference.types import (
@@ -322,6 +323,11 @@ class LlamaRunner:
                 self._spill(action)
             elif isinstance(action, CompactKv):
                 self._compact()
+            elif isinstance(action, ShareKv):
+                llama_cpp.llama_memory_seq_rm(self.memory, action.seq_id, 0, action.n_tokens)
+                llama_cpp.llama_memory_seq_cp(
+                    self.memory, action.source, action.seq_id, 0, action.n_tokens
+                )
             elif isinstance(action, DropSaved):
                 self._saved.pop(action.entry, None)
                 if self._disk is not None:

@@ -32,6 +32,9 @@ from inference.types import FinishReason, Request, RequestStatus
 
 POLICIES = ("fair", "priority", "fcfs")
 MIN_RESTORE_GAIN = 16  # restore from host memory only when it saves more than this many tokens
+# A restored conversation takes over the cells of a prefix this long or longer that another
+# sequence holds (a tenant's system prompt) instead of keeping a copy of its own.
+MIN_SHARE = 32
 TAKEOVER_SLACK = 1  # tokens of a kept conversation its next turn may drop (a template edge)
 # A prompt that computes at most this many tokens (a turn's new message) goes whole into a
 # step beside running streams, and a step carries at most this many such tokens beyond its
@@ -208,7 +211,17 @@ class CompactKv:
     start, so the range the batch's attention spans is only the cells in use."""
 
 
-KvAction = KvOp | SaveKv | RestoreKv | DropSaved | SpillSaved | CompactKv
+@dataclass(frozen=True)
+class ShareKv:
+    """After a restore into `seq_id`: its cells for positions [0, n_tokens) are replaced by
+    `source`'s, which holds the same tokens there (the cells are then shared, not copied)."""
+
+    seq_id: int
+    source: int
+    n_tokens: int
+
+
+KvAction = KvOp | SaveKv | RestoreKv | DropSaved | SpillSaved | CompactKv | ShareKv
 
 
 @dataclass(frozen=True)
@@ -509,10 +522,13 @@ class Scheduler:
             if n > max(keep, copy_len):
                 source, copy_len = slot, n
         saved, restore_len = None, 0
+        share, share_len = None, 0  # whose cells a restored prefix is swapped for
         if self.host is not None:
             saved, n = self.host.match(req.tenant, req.prompt_tokens, usable)
             if saved is not None and n > max(keep, copy_len) + MIN_RESTORE_GAIN:
                 restore_len = n
+                if source is not None and copy_len >= MIN_SHARE:
+                    share, share_len = source, copy_len
                 source, copy_len, keep = None, 0, 0
             else:
                 saved = None
@@ -520,7 +536,7 @@ class Scheduler:
         peak = max(self._reserve(req), len(saved.tokens) if saved is not None else 0)
         need = peak - len(target.tokens)
         evictable = sorted(
-            (s for s in free if s is not target and s is not source and s.tokens),
+            (s for s in free if s not in (target, source, share) and s.tokens),
             key=lambda s: s.last_used,
         )
         in_use = self._kv_in_use()
@@ -549,6 +565,11 @@ class Scheduler:
         if saved is not None:
             out.kv_ops.append(RestoreKv(target.seq_id, saved.entry_id, len(saved.tokens)))
             out.kv_ops.append(KvOp(target.seq_id, restore_len))
+            if share is not None:
+                # The restored copy of a prefix another sequence holds (a tenant's system
+                # prompt) gives way to that sequence's cells: one set of cells for both.
+                out.kv_ops.append(ShareKv(target.seq_id, share.seq_id, share_len))
+                self._freed += share_len
             saved.last_used = self._step
             req.num_computed = req.num_cached = req.num_restored = restore_len
         elif source is not None:

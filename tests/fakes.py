@@ -25,6 +25,7 @@ from inference.scheduler import (
     RestoreKv,
     SaveKv,
     SchedulerOutput,
+    ShareKv,
     SpillSaved,
 )
 from inference.types import ChatMessage, KvPoolLost, PromptPart, Request, RestoreFailed, prompt_text
@@ -89,6 +90,7 @@ class FakeRunner:
     left_on_disk: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
     lose_disk_entries: bool = False  # files deleted behind the worker's back
     compactions: int = 0
+    shares: list[ShareKv] = field(default_factory=list)
     fail_compaction: bool = False  # the pool is cleared, then reading it back fails
 
     @property
@@ -184,6 +186,14 @@ class FakeRunner:
                 assert len(tokens) == action.n_tokens
                 self.kv[action.seq_id] = list(tokens)
                 self.restores.append(action)
+            elif isinstance(action, ShareKv):
+                held = self.kv.get(action.seq_id, [])
+                if held:  # (empty when its restore just failed: then it is cleared anyway)
+                    source = self.kv.get(action.source, [])
+                    n = action.n_tokens
+                    assert len(source) >= n, "sharing cells the source does not hold"
+                    assert held[:n] == source[:n], "sharing cells of other tokens"
+                self.shares.append(action)
             elif isinstance(action, CompactKv):
                 # Packing moves cells, never changes what a sequence holds.
                 self.compactions += 1

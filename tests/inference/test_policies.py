@@ -452,6 +452,31 @@ def test_an_idle_conversation_host_memory_cannot_hold_stays_in_its_sequence():
     assert len(s.slots[0].tokens) == 30
 
 
+def test_a_restored_conversation_shares_the_system_prompt_cells_a_running_one_holds():
+    runner = FakeRunner(n_seq_max=4, reply_for=lambda p: "an answer of a few words " * 3)
+    engine = make_engine(runner, host_cache_bytes=1_000_000, max_queue=32, park_idle_steps=2)
+    system = ChatMessage("system", "You are the assistant of the Acme company. " * 2)
+    alice, _ = talk(engine, "a1", [system], "tell me about the sea, please")
+    # Bob starts while alice is away: her KV goes to host memory meanwhile.
+    bob_asks = [system, ChatMessage("user", "hello")]
+    engine.add_request("b1", bob_asks, SamplingParams(temperature=0), tenant="t")
+    for _ in range(4):
+        engine.step()
+    assert runner.saves
+    bob = engine.scheduler.get("b1")
+    assert bob is not None
+    assert not bob.status.is_finished
+    _, again = talk(engine, "a2", alice, "and the mountains?")
+    # Alice's history came back from host memory, and the prefix bob's sequence holds (the
+    # system prompt) is bob's cells, not a second copy; the fake checked they hold the same
+    # tokens, and at every sample that alice's sequence held exactly her conversation.
+    assert runner.restores[-1].entry == runner.saves[0].entry
+    share = runner.shares[-1]
+    assert (share.seq_id, share.source) == (runner.restores[-1].seq_id, bob.seq_id)
+    assert share.n_tokens >= len(runner.tokenize(system.content))
+    assert again.finish_reason == "stop"
+
+
 def long_idle_conversation(s: Scheduler, n: int) -> None:
     s.add(req("long", prompt=[100 + i % 50 for i in range(n)]))
     step(s)
