@@ -280,6 +280,20 @@ def test_the_engine_runs_fewer_streams_when_steps_get_slower():
         assert engine.num_running <= 9
 
 
+def test_the_floor_counts_the_whole_step_not_only_llama_decode():
+    # Each step spends 30 ms in all (KV moves, sampling, the worker's publishing) of which
+    # llama_decode reports 5: streams see 30 ms steps, so the plan must too.
+    runner = FakeRunner(n_seq_max=8, step_delay=0.03, reply_for=lambda p: "y" * 200)
+    runner.step_seconds = lambda d, p: 0.005
+    engine = make_engine(runner, min_stream_speed=5.0, initial_running=2)
+    engine.add_request("r", [ChatMessage("user", "q")], SamplingParams(temperature=0))
+    for _ in range(30):
+        engine.step()
+    speed = engine.governor.stream_speed(1)
+    assert speed is not None
+    assert speed < 1 / 0.03  # not the 200 tokens/s llama_decode alone would promise
+
+
 def test_the_floor_never_runs_fewer_than_the_initial_sequences():
     runner = FakeRunner(n_seq_max=48, n_ctx=100_000, reply_for=lambda p: "y" * 100)
     runner.step_seconds = lambda d, p: 10 * cost(d, p)  # far too slow for 5 tokens/s
