@@ -7,7 +7,7 @@ from inference import fairshare
 from inference.engine import Engine
 from inference.hostcache import common_prefix_len
 from inference.scheduler import COMPACT_MIN_FREED, CompactKv, KvOp, RestoreKv, SaveKv, Scheduler
-from inference.speed import MIN_STEPS, STRETCH, SpeedGovernor
+from inference.speed import HEADROOM, MIN_STEPS, STRETCH, SpeedGovernor
 from inference.types import (
     ChatMessage,
     Delta,
@@ -203,16 +203,18 @@ def test_the_governor_admits_as_many_streams_as_keep_the_floor():
         decode = 8 + i % 24
         prefill = 64 if i % 10 == 0 else 0
         g.observe(decode_tokens=decode, prefill_tokens=prefill, seconds=cost(decode, prefill))
-    # 1/5 s = 0.045 + 0.006 N + 0.004 * (mean prompt tokens per step, about 6): N = 22.
+    # 1/(5 x headroom) s = 0.045 + 0.006 N + 0.004 * (mean prompt tokens per step, about 6):
+    # N = 19 (22 with no headroom).
     mean_prompt = g.model.mean_prompt
     assert 4 < mean_prompt < 8
-    assert g.limit() == int((0.2 - 0.045 - 0.004 * mean_prompt) / 0.006) == 22
-    speed = g.stream_speed(22)
+    target = 5.0 * HEADROOM
+    assert g.limit() == int((1 / target - 0.045 - 0.004 * mean_prompt) / 0.006) == 19
+    speed = g.stream_speed(19)
     assert speed is not None
-    assert speed >= 5.0
-    speed = g.stream_speed(23)
+    assert speed >= target
+    speed = g.stream_speed(20)
     assert speed is not None
-    assert speed < 5.0
+    assert speed < target
 
 
 def test_a_lower_floor_admits_more_streams_and_none_is_capped_at_the_maximum():
@@ -224,11 +226,11 @@ def test_a_lower_floor_admits_more_streams_and_none_is_capped_at_the_maximum():
         return g
 
     def expected(g: SpeedGovernor) -> int:
-        return int((1 / g.floor - 0.045 - 0.004 * g.model.mean_prompt) / 0.006)
+        return int((1 / (g.floor * HEADROOM) - 0.045 - 0.004 * g.model.mean_prompt) / 0.006)
 
     five, four = trained(5.0), trained(4.0)
-    assert five.limit() == expected(five) == 25
-    assert four.limit() == expected(four) == 33
+    assert five.limit() == expected(five) == 22
+    assert four.limit() == expected(four) == 30
     assert trained(2.0).limit() == 48
     assert trained(0.0, maximum=40).limit() == 40  # the policy off: always the maximum
 
