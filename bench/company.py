@@ -292,8 +292,12 @@ def run_users(system: str, users: int, turns: int, make, base: str | None = None
         run.worker = {
             k: after.get(k, 0) - before.get(k, 0)
             for k in ("follow_ups", "follow_ups_warm", "restored_tokens", "reused_tokens",
-                      "prefill_tokens", "generated_tokens")
+                      "prefill_tokens", "generated_tokens", "steps", "kv_compactions")
         }  # fmt: skip
+        # Where the worker's time went: inside llama_decode, in its steps, and in all.
+        for k in ("decode_seconds", "step_seconds"):
+            run.worker[k] = round(after.get(k, 0.0) - before.get(k, 0.0), 1)
+        run.worker["wall_seconds"] = round(run.wall, 1)
         errors = after.get("errors", {})
         run.worker["errors"] = errors
     print_run(run)

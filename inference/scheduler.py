@@ -411,15 +411,21 @@ class Scheduler:
         def short(r: Request) -> bool:  # all it computes is a turn's new message
             return len(r.prompt_tokens) - r.num_cached <= SHORT_PROMPT
 
+        short_waits = False  # a short prompt did not fit whole: later ones do not jump it
         for req in sorted(self.running, key=lambda r: (r.background, not short(r))):
             left = len(req.prompt_tokens) - req.num_computed
             room = min(budget, background_budget) if req.background else budget
-            if not req.background and short(req) and room < left <= max(room, 0) + extra:
-                # A turn's new message (and the template around it) in one step even beside
-                # running streams: they get one longer step, the person asking gets their first
-                # token several steps sooner than in budget-sized chunks.
-                extra -= left - max(room, 0)
-                room = min(left, batch_room)
+            if not req.background and short(req) and left > 0 and room < left:
+                if not short_waits and left <= max(room, 0) + extra:
+                    # A turn's new message (and the template around it) in one step even
+                    # beside running streams: they get one longer step, the person asking gets
+                    # their first token several steps sooner than in budget-sized chunks.
+                    extra -= left - max(room, 0)
+                    room = min(left, batch_room)
+                else:
+                    # In admission (fair) order: another tenant's cheaper prompts, admitted
+                    # in the same step, must not take every first token before this one's.
+                    short_waits = True
             if room <= 0:
                 continue
             if not req.prefill_done:

@@ -493,6 +493,26 @@ def test_a_restored_conversation_shares_the_system_prompt_cells_a_running_one_ho
     assert again.finish_reason == "stop"
 
 
+def test_cheaper_prompts_admitted_with_another_tenants_do_not_take_every_first_token():
+    # Tenant a's prompt is cached (a kept sequence holds it), tenant b's is not: admitted in
+    # the same step, in this order, b's first token must not wait behind all of a's.
+    prompt = [100 + i for i in range(42)]
+    s = sched(n_seq_max=8, max_batch_tokens=256, policy="fcfs")
+    s.add(req("a0", tenant="a", prompt=prompt))
+    step(s)
+    finish_running(s)
+    for rid in ("b1", "a1", "b2", "a2", "a3"):
+        s.add(req(rid, tenant=rid[0], prompt=prompt))
+    s.prompt_budget = 0  # as while streams decode: short prompts go in beyond the budget
+    first = step(s)
+    assert [r.request_id for r in first.admitted] == ["b1", "a1", "b2", "a2", "a3"]
+    completed = [c.request.request_id for c in first.prefills if c.completes_prompt]
+    assert completed == ["b1", "a1"]  # b2 did not fit whole: a2 and a3 do not jump it
+    second = step(s)
+    completed = [c.request.request_id for c in second.prefills if c.completes_prompt]
+    assert completed[0] == "b2"
+
+
 def long_idle_conversation(s: Scheduler, n: int) -> None:
     s.add(req("long", prompt=[100 + i % 50 for i in range(n)]))
     step(s)
