@@ -405,6 +405,8 @@ def qassist_turns(model: Path, args: argparse.Namespace) -> list[Run]:
 
 # --- fairness ----------------------------------------------------------------------------------
 
+SAME_STEP = 0.02  # first tokens this close together came from one engine step
+
 
 def qassist_fairness(model: Path, args: argparse.Namespace) -> list[tuple[str, float]]:
     with tempfile.TemporaryDirectory(prefix="qassist-fair-") as tmp:
@@ -594,10 +596,29 @@ def main() -> None:
 
     if args.scenario == "fairness":
         order = qassist_fairness(model, args)
-        sequence = "".join(who for who, _ in order)
-        b_positions = [i + 1 for i, (who, _) in enumerate(order) if who == "B"]
-        print(f"start order: {sequence}")
-        print(f"B's requests started at positions {b_positions} of {len(order)}")
+        # Replies whose first tokens came from the same engine step start together: a group
+        # in brackets, A's before B's within it (the least favourable reading for B).
+        groups: list[list[str]] = []
+        last = None
+        for who, at in order:
+            if last is None or at - last > SAME_STEP:
+                groups.append([])
+            groups[-1].append(who)
+            last = at
+        print(
+            "start order: "
+            + "".join(f"[{''.join(sorted(g))}]" if len(g) > 1 else g[0] for g in groups)
+        )
+        print(" ".join(f"{who}{at - order[0][1]:.2f}" for who, at in order))
+        before = [
+            sum(w == "A" and at < t - SAME_STEP for w, at in order)
+            for who, t in order
+            if who == "B"
+        ]
+        a_total = sum(w == "A" for w, _ in order)
+        print(
+            f"A's started before each of B's: {before} of {a_total} (target: under {a_total // 2})"
+        )
         return
     if args.scenario == "long":
         print(qassist_long_prompt(model, args))
