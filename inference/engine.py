@@ -511,26 +511,21 @@ class Engine:
         return events
 
     def _pool_lost(self, out: SchedulerOutput, message: str) -> list[Event]:
-        """Every sequence lost its KV: the requests running end with an error (as a failed
-        batch does), kept conversations are forgotten (host memory still holds its entries)."""
-        events = self._fail_batch(out, message)
-        for request in list(self.scheduler.running):
-            self.scheduler.finish(request, FinishReason.ERROR)
-            self._forget(request)
-            self.stats.count_error(ErrorCode.INTERNAL.value)
-            events.append(
-                Failed(
-                    request.request_id, ErrorCode.INTERNAL.value, f"generation failed: {message}"
-                )
-            )
+        """Every sequence lost its KV: every running request ends with an error (those of the
+        batch and those sitting it out), kept conversations are forgotten (host memory still
+        holds its entries)."""
+        events = self._fail_batch(out, message, also=list(self.scheduler.running))
         self.scheduler.pool_lost()
         self._kept.clear()
         return events
 
-    def _fail_batch(self, out: SchedulerOutput, message: str) -> list[Event]:
+    def _fail_batch(
+        self, out: SchedulerOutput, message: str, *, also: Sequence[Request] = ()
+    ) -> list[Event]:
         events: list[Event] = []
         seen = set()
-        for request in [d.request for d in out.decodes] + [c.request for c in out.prefills]:
+        batch = [d.request for d in out.decodes] + [c.request for c in out.prefills]
+        for request in [*batch, *also]:
             if request.request_id in seen:
                 continue
             seen.add(request.request_id)

@@ -268,7 +268,6 @@ class LlamaRunner:
 
         self._samplers: dict[str, Any] = {}
         self.last_decode_seconds = 0.0
-        self.last_compaction_seconds = 0.0
 
     # --- the model's text side, for the engine --------------------------------------------------
 
@@ -393,7 +392,11 @@ class LlamaRunner:
             # The pool was cleared before the read: what the sequences held is gone.
             llama_cpp.llama_memory_clear(self.memory, True)
             raise KvPoolLost(f"packing the KV pool failed (read {read} of {written} bytes)")
-        self.last_compaction_seconds = time.perf_counter() - started
+        logger.debug(
+            "packed the KV pool: %.0f MB in %.0f ms",
+            written / 1e6,
+            1000 * (time.perf_counter() - started),
+        )
 
     # --- host memory: whole sequences saved and restored as llama.cpp state blobs -------------
 

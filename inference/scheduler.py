@@ -40,10 +40,6 @@ TAKEOVER_SLACK = 1  # tokens of a kept conversation its next turn may drop (a te
 # step beside running streams, and a step carries at most this many such tokens beyond its
 # prompt budget.
 SHORT_PROMPT = 64
-# An idle sequence's KV moves to host memory after this many steps (about a second): every
-# token of every step attends over every cell in llama.cpp's pool, masked or not, so idle
-# conversations kept in sequences slow every running stream.
-PARK_IDLE_STEPS = 10
 # Freed cells leave holes in llama.cpp's pool that every token still visits (its attention
 # spans the pool's range, not just the cells in use): once at least this many, and as many as
 # are in use, have been freed since the last compaction, the pool is packed again.
@@ -300,7 +296,9 @@ class Scheduler:
             else None
         )
         # Idle sequences' KV goes to host memory after this many steps (0: kept in place until
-        # the sequence is taken).
+        # the sequence is taken): every token of every step attends over every cell in
+        # llama.cpp's pool, masked or not, so idle conversations kept in sequences slow every
+        # running stream (`QASSIST_PARK_IDLE_STEPS`, 10 by default: about a second).
         self.park_idle_steps = park_idle_steps if self.host is not None else 0
         self.running: list[Request] = []
         self._requests: dict[str, Request] = {}
