@@ -8,9 +8,12 @@ Sequences keep their KV after a request finishes (llama.cpp's "slot prompt cache
 request whose prompt shares a prefix with what a sequence holds, or with what any other sequence
 holds (copied with `llama_memory_seq_cp`, which shares the cells), prefills only the rest. That is
 how a follow-up turn of a conversation, or a tenant's long system prompt, is not recomputed.
-Reuse and copies stay within a tenant. When a kept sequence is taken over or evicted, its KV is
-first saved to host memory (`inference.hostcache`, within a budget) and a returning
-conversation restores it instead of recomputing.
+Reuse and copies stay within a tenant. When a kept sequence has been idle for a few steps, or
+is taken over or evicted, its KV is first saved to host memory (`inference.hostcache`, within a
+budget) and its cells are freed; a returning conversation restores it instead of recomputing,
+sharing the cells of a prefix another sequence holds. Every token attends over the whole range
+of cells in use in llama.cpp's pool, holes included, so the pool is packed (`CompactKv`) once
+enough cells were freed.
 
 Which waiting request goes next is `inference.fairshare`'s weighted fair share between tenants;
 how many run together is `max_running`, which the engine sets from the speed floor.
