@@ -118,7 +118,10 @@ class LocalEngineClient:
         try:
             engine = self._factory()
         except Exception as exc:
-            logger.exception("the in-process engine could not start")
+            if isinstance(exc, FileNotFoundError):  # no model file: its message says what to run
+                logger.error("the in-process engine could not start: %s", exc)
+            else:
+                logger.exception("the in-process engine could not start")
             self.load_error = str(exc)
             self._ready.set()
             return

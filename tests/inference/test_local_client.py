@@ -73,3 +73,19 @@ def test_when_the_web_process_exits_the_engine_drains_and_keeps_its_conversation
     assert not client.alive
     # The kept conversation was written to the disk tier (the drain's last act).
     assert [tokens for _, tokens in runner.disk.values()] == [runner.kv[0]]
+
+
+async def test_a_missing_model_file_is_one_clear_line_and_every_request_is_told(caplog) -> None:
+    def no_model():
+        raise FileNotFoundError("model file /x/m.gguf is missing: run `manage.py fetch_model m`")
+
+    client = LocalEngineClient(no_model)
+    with caplog.at_level("ERROR", logger="inference.local"):
+        assert client.wait_ready(5)
+    [record] = [r for r in caplog.records if "could not start" in r.getMessage()]
+    assert "fetch_model" in record.getMessage()
+    assert record.exc_info is None  # a configuration error, not a stack trace
+    event = await last_event(client, "hello")
+    assert isinstance(event, Failed)
+    assert event.code == "worker_down"
+    assert "fetch_model" in event.message
