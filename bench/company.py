@@ -213,6 +213,10 @@ async def ws_conversation(
     return turns
 
 
+# The turns, fairness and long-prompt scenarios: always 16 sequences, the speed floor off.
+SIXTEEN_SEQUENCES = {"QASSIST_PARALLEL": "16", "QASSIST_MIN_STREAM_SPEED": "0"}
+
+
 class Qassist:
     def __init__(self, model: Path, args: argparse.Namespace, workdir: Path, **overrides: str):
         self.args = args
@@ -381,8 +385,7 @@ def qassist_turns(model: Path, args: argparse.Namespace) -> list[Run]:
                 model,
                 args,
                 Path(tmp),
-                QASSIST_PARALLEL="16",
-                QASSIST_MIN_STREAM_SPEED="0",
+                **SIXTEEN_SEQUENCES,
                 QASSIST_HOST_CACHE_MB=str(cache_mb),
             )
             cookies = make_accounts(q.env, {"acme": (32, COMPANY_SYSTEM_PROMPT)})["acme"]
@@ -414,8 +417,7 @@ def qassist_fairness(model: Path, args: argparse.Namespace) -> list[tuple[str, f
             model,
             args,
             Path(tmp),
-            QASSIST_PARALLEL="16",
-            QASSIST_MIN_STREAM_SPEED="0",
+            **SIXTEEN_SEQUENCES,
             # The start order is fair share's alone: aging (oldest first) must not kick in.
             QASSIST_QUEUE_AGING_SECONDS="300",
         )
@@ -459,8 +461,7 @@ def qassist_long_prompt(model: Path, args: argparse.Namespace) -> str:
             model,
             args,
             Path(tmp),
-            QASSIST_PARALLEL="16",
-            QASSIST_MIN_STREAM_SPEED="0",
+            **SIXTEEN_SEQUENCES,
             QASSIST_DEFAULT_MAX_TOKENS="200",
         )
         cookies = make_accounts(q.env, {"acme": (9, "")})["acme"]
