@@ -304,6 +304,14 @@ def run_users(system: str, users: int, turns: int, make, base: str | None = None
         run.worker["wall_seconds"] = round(run.wall, 1)
         errors = after.get("errors", {})
         run.worker["errors"] = errors
+        # The worker's own mean time to first token (from the request reaching the shared
+        # queue), against the clients' mean: the difference is the web's part and delivery.
+        hist = [(s.get("histograms") or {}).get("ttft_seconds") or {} for s in (before, after)]
+        count = sum(hist[1].get("counts", [])) - sum(hist[0].get("counts", []))
+        if count:
+            mean = (hist[1].get("sum", 0.0) - hist[0].get("sum", 0.0)) / count
+            run.worker["worker_ttft_mean"] = round(mean, 3)
+            run.worker["client_ttft_mean"] = round(statistics.mean(t.ttft for t in run.ok), 3)
     print_run(run)
     return run
 

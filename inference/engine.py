@@ -49,6 +49,7 @@ class Runner(Protocol):
     n_seq_max: int
     n_ctx: int
     max_seq_tokens: int
+    kv_unified: bool  # one pool of cells for all sequences, or a stream per sequence
     last_decode_seconds: float
     kv_bytes_per_token: int  # host memory one token's KV takes when saved
 
@@ -116,6 +117,7 @@ class Engine:
             host_disk_tokens=disk_tokens,
             park_idle_steps=park_idle_steps,
             compact=compact_kv,
+            shared_pool=runner.kv_unified,
         )
         ceiling = self.scheduler.max_running
         # Between `initial_running` (16) and the context's sequences: the floor decides how many

@@ -64,6 +64,7 @@ def build_engine() -> Engine:
         n_threads=settings.QASSIST_THREADS,
         max_seq_tokens=settings.QASSIST_MAX_SEQ_TOKENS,
         disk_store=_disk_store(model_path),
+        kv_unified=settings.QASSIST_KV_UNIFIED,
     )
     return Engine(
         runner,

@@ -65,6 +65,7 @@ class FakeRunner:
     n_seq_max: int = 4
     n_ctx: int = 4096
     max_seq_tokens: int = 1024
+    kv_unified: bool = True
     step_delay: float = 0.0  # seconds each step "decodes", for tests that race a stop
     # What llama_decode "took" for (decode tokens, prompt tokens), reported without sleeping.
     step_seconds: Callable[[int, int], float] | None = None
@@ -92,6 +93,7 @@ class FakeRunner:
     compactions: int = 0
     shares: list[ShareKv] = field(default_factory=list)
     fail_compaction: bool = False  # the pool is cleared, then reading it back fails
+    kv_log: list[list[Any]] = field(default_factory=list)  # each step's KV operations
 
     @property
     def saved_bytes(self) -> int:
@@ -157,6 +159,7 @@ class FakeRunner:
 
     def execute(self, out: SchedulerOutput) -> dict[str, int]:
         failed: list[tuple[int, int]] = []
+        self.kv_log.append(list(out.kv_ops))
         for action in out.kv_ops:
             if isinstance(action, SaveKv):
                 held = self.kv.get(action.seq_id, [])
@@ -187,6 +190,7 @@ class FakeRunner:
                 self.kv[action.seq_id] = list(tokens)
                 self.restores.append(action)
             elif isinstance(action, ShareKv):
+                assert self.kv_unified, "with a stream per sequence no cells are shared"
                 held = self.kv.get(action.seq_id, [])
                 if held:  # (empty when its restore just failed: then it is cleared anyway)
                     source = self.kv.get(action.source, [])
@@ -195,6 +199,7 @@ class FakeRunner:
                     assert held[:n] == source[:n], "sharing cells of other tokens"
                 self.shares.append(action)
             elif isinstance(action, CompactKv):
+                assert self.kv_unified, "a stream per sequence has no pool to pack"
                 # Packing moves cells, never changes what a sequence holds.
                 self.compactions += 1
                 if self.fail_compaction:

@@ -906,3 +906,70 @@ def test_a_turns_short_message_is_computed_in_one_step_beside_running_streams():
     assert len(q1.prompt_tokens) - q1.num_cached > engine.scheduler.prompt_budget
     streams = {f"s{i}" for i in range(16)}
     assert all(streams <= set(b.decodes) for b in runner.batches[-2:])  # the streams went on
+
+
+# --- a stream of KV cells per sequence ----------------------------------------------------------
+
+
+def decoding_runs(engine: Engine) -> int:
+    """How many passes llama.cpp makes for the running streams: runs of consecutive ids."""
+    ids = sorted(r.seq_id for r in engine.scheduler.running if r.seq_id is not None)
+    return sum(1 for i, seq in enumerate(ids) if i == 0 or seq != ids[i - 1] + 1)
+
+
+def test_with_a_stream_per_sequence_requests_take_the_lowest_free_sequences():
+    runner = FakeRunner(n_seq_max=6, kv_unified=False, reply_for=lambda p: "a reply " * 6)
+    engine = make_engine(runner, max_queue=32)
+    for i in range(3):
+        engine.add_request(f"r{i}", [ChatMessage("user", f"q{i}")], SamplingParams(), tenant="t")
+    engine.step()
+    assert sorted(r.seq_id or 0 for r in engine.scheduler.running) == [0, 1, 2]
+
+
+def test_gaps_below_running_streams_are_closed_by_moving_the_highest_one_down():
+    runner = FakeRunner(n_seq_max=6, kv_unified=False, reply_for=lambda p: p * 4)
+    engine = make_engine(runner, max_queue=32)
+    texts = {"short": "hi", "mid": "tell me a story", "long": "tell me a much longer story"}
+    for rid, text in texts.items():
+        engine.add_request(rid, [ChatMessage("user", text)], SamplingParams(), tenant="t")
+    replies = dict.fromkeys(texts, "")
+    runs = []
+    while engine.has_work:
+        for e in engine.step():
+            if isinstance(e, Delta):
+                replies[e.request_id] += e.text
+        runs.append(decoding_runs(engine))
+    # "short" (sequence 0) ends first, then "mid": the others move down instead of leaving a
+    # gap, and each reply is whole (the fake checks every token lands after its own history).
+    assert max(runs) == 1
+    assert replies == {rid: text * 4 for rid, text in texts.items()}
+    assert engine.scheduler.slots[0].tokens  # "long" ended in sequence 0
+
+
+def test_a_follow_up_whose_conversation_sits_higher_is_copied_into_the_lowest_sequence():
+    runner = FakeRunner(n_seq_max=4, kv_unified=False, reply_for=lambda p: f"answer to {p}")
+    engine = make_engine(runner, host_cache_bytes=1_000_000, max_queue=32, park_idle_steps=50)
+    # Bob's reply keeps sequence 0 busy while Alice starts in sequence 1.
+    engine.add_request("b1", [ChatMessage("user", "x" * 60)], SamplingParams(), tenant="t")
+    engine.step()
+    asks = [ChatMessage("user", "tell me about the sea, please")]
+    engine.add_request("a1", asks, SamplingParams(temperature=0), tenant="t")
+    events = engine.step()
+    alice = engine.scheduler.get("a1")
+    assert alice is not None and alice.seq_id == 1
+    reply, first = "", None
+    while engine.has_work:
+        for e in events + engine.step():
+            if isinstance(e, Delta) and e.request_id == "a1":
+                reply += e.text
+            elif isinstance(e, Done) and e.request_id == "a1":
+                first = e
+        events = []
+    assert first is not None
+    _, second = talk(engine, "a2", [*asks, ChatMessage("assistant", reply)], "and the mountains?")
+    # Her history came from sequence 1 as a copy into sequence 0: reused, not recomputed.
+    copies = [op for ops in runner.kv_log for op in ops if isinstance(op, KvOp) and op.copy_len]
+    # (Alice's first turn copied the chat template's opening from Bob's sequence.)
+    assert [(op.seq_id, op.copy_from) for op in copies] == [(1, 0), (0, 1)]
+    assert second.cached_tokens == first.prompt_tokens + first.completion_tokens
+    assert not runner.restores

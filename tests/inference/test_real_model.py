@@ -306,7 +306,7 @@ def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
     def replies(filler: bool) -> tuple[dict[int, list[int]], list[np.ndarray]]:
         runner = LlamaRunner(
             model_path(), n_seq_max=3, n_ctx=1024, max_batch_tokens=128, n_threads=2,
-            max_seq_tokens=512,
+            max_seq_tokens=512, kv_unified=True,
         )  # fmt: skip
         try:
 
@@ -347,3 +347,48 @@ def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
     fresh, fresh_logits = replies(filler=False)
     assert packed == fresh
     assert all(np.array_equal(a, b) for a, b in zip(packed_logits, fresh_logits, strict=True))
+
+
+def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed():
+    """With a stream per sequence, the scheduler moves a running reply down to close a gap (a
+    copy of its KV, then the old sequence cleared): it goes on with the very logits it would
+    have had in place."""
+    from inference.runner import LlamaRunner
+    from inference.scheduler import DecodeItem, KvOp, PrefillChunk, SchedulerOutput
+    from inference.types import Request
+
+    def reply(move: bool) -> tuple[list[int], list[np.ndarray]]:
+        runner = LlamaRunner(
+            model_path(), n_seq_max=3, n_ctx=1024, max_batch_tokens=128, n_threads=2,
+            max_seq_tokens=512,
+        )  # fmt: skip
+        try:
+            assert not runner.kv_unified
+            tokens = runner.tokenize_parts(
+                runner.render_prompt([ChatMessage("user", "Name three rivers of Europe.")])
+            )
+            req = Request("r", tokens, SamplingParams(max_tokens=30, temperature=0))
+            seq = 2
+            sampled = runner.execute(SchedulerOutput(prefills=[PrefillChunk(req, seq, 0, tokens)]))
+            req.num_computed = len(tokens)
+            req.output_tokens.append(sampled["r"])
+            logits = []
+            for i in range(20):
+                if move and i == 8:
+                    held = len(req.kv_tokens())
+                    runner.execute(SchedulerOutput(kv_ops=[KvOp(0, 0, seq, held), KvOp(seq, 0)]))
+                    seq = 0
+                item = DecodeItem(req, seq, req.output_tokens[-1], req.num_tokens - 1)
+                req.output_tokens.append(runner.execute(SchedulerOutput(decodes=[item]))["r"])
+                ptr = llama_cpp.llama_get_logits_ith(runner.ctx, 0)
+                logits.append(np.ctypeslib.as_array(ptr, shape=(runner.n_vocab,)).copy())
+            empty = int(llama_cpp.llama_memory_seq_pos_max(runner.memory, 2)) < 0
+            assert empty == move  # the old sequence was cleared
+            return req.output_tokens, logits
+        finally:
+            runner.close()
+
+    moved, moved_logits = reply(move=True)
+    stayed, stayed_logits = reply(move=False)
+    assert moved == stayed
+    assert all(np.array_equal(a, b) for a, b in zip(moved_logits, stayed_logits, strict=True))
