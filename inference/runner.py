@@ -228,7 +228,7 @@ class LlamaRunner:
         n_threads: int,
         max_seq_tokens: int,
         disk_store: DiskKvStore | None = None,
-        kv_unified: bool = False,
+        kv_unified: bool = True,
     ) -> None:
         install_log_callback()
         llama_cpp.llama_backend_init()
@@ -240,11 +240,12 @@ class LlamaRunner:
         self.tokenizer = LlamaTokenizer(self.model)
         self.n_vocab = self.tokenizer.n_vocab
 
-        # Where sequences keep their KV. Unified: one pool of `n_ctx` cells shared by all, where
-        # a shared prefix is one set of cells, but every token's attention visits every cell in
-        # use, other sequences' too (masked). Per sequence (the default): each sequence has
-        # its own stream of `max_seq_tokens` cells, and a token visits only its own sequence's
-        # (16 streams at 400 tokens of history decode 1.4x faster, 48 1.6x: docs/engine.md).
+        # Where sequences keep their KV (docs/engine.md, "KV memory"). Unified (the default):
+        # one pool of `n_ctx` cells shared by all, where a shared prefix is one set of cells and
+        # a step's prompts go in one pass, but every token's attention visits every cell in
+        # use, other sequences' too (masked). Per sequence: each has its own stream of
+        # `max_seq_tokens` cells and a token visits only those, but llama.cpp computes a
+        # step's tokens in one pass per run of consecutive sequences with as many tokens each.
         self.kv_unified = kv_unified
         if not kv_unified:
             n_ctx = n_seq_max * min(max_seq_tokens, self.tokenizer.n_ctx_train)

@@ -183,10 +183,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 QASSIST_MODEL = env_str("QASSIST_MODEL", "smollm2-135m")  # a registry name or a .gguf path
 QASSIST_MODELS_DIR = Path(env_str("QASSIST_MODELS_DIR", str(BASE_DIR / "models")))
 QASSIST_MAX_SEQ_TOKENS = env_int("QASSIST_MAX_SEQ_TOKENS", 4096)  # one conversation's limit
-# Each sequence keeps its KV in a stream of its own (QASSIST_MAX_SEQ_TOKENS cells each, 12 KB a
-# cell for Qwen2.5-0.5B); on, one pool of QASSIST_CONTEXT_SIZE cells shared by all, where every
-# token's attention visits every sequence's cells (only to compare: docs/engine.md).
-QASSIST_KV_UNIFIED = env_bool("QASSIST_KV_UNIFIED", False)
+# One pool of QASSIST_CONTEXT_SIZE KV cells shared by all sequences (shared prefixes cost
+# nothing; every token's attention visits every sequence's cells). Off: a stream of
+# QASSIST_MAX_SEQ_TOKENS cells per sequence (12 KB a cell for Qwen2.5-0.5B), faster where
+# conversations' own histories dominate, slower for bursts of new prompts (docs/engine.md).
+QASSIST_KV_UNIFIED = env_bool("QASSIST_KV_UNIFIED", True)
 QASSIST_CONTEXT_SIZE = env_int("QASSIST_CONTEXT_SIZE", 32768)  # the unified pool's cells
 # The most sequences decoded together; how many actually are is the speed floor's choice.
 QASSIST_PARALLEL = env_int("QASSIST_PARALLEL", 48)

@@ -956,7 +956,8 @@ def test_a_follow_up_whose_conversation_sits_higher_is_copied_into_the_lowest_se
     engine.add_request("a1", asks, SamplingParams(temperature=0), tenant="t")
     events = engine.step()
     alice = engine.scheduler.get("a1")
-    assert alice is not None and alice.seq_id == 1
+    assert alice is not None
+    assert alice.seq_id == 1
     reply, first = "", None
     while engine.has_work:
         for e in events + engine.step():

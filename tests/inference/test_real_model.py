@@ -306,7 +306,7 @@ def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
     def replies(filler: bool) -> tuple[dict[int, list[int]], list[np.ndarray]]:
         runner = LlamaRunner(
             model_path(), n_seq_max=3, n_ctx=1024, max_batch_tokens=128, n_threads=2,
-            max_seq_tokens=512, kv_unified=True,
+            max_seq_tokens=512,
         )  # fmt: skip
         try:
 
@@ -360,10 +360,9 @@ def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed():
     def reply(move: bool) -> tuple[list[int], list[np.ndarray]]:
         runner = LlamaRunner(
             model_path(), n_seq_max=3, n_ctx=1024, max_batch_tokens=128, n_threads=2,
-            max_seq_tokens=512,
+            max_seq_tokens=512, kv_unified=False,
         )  # fmt: skip
         try:
-            assert not runner.kv_unified
             tokens = runner.tokenize_parts(
                 runner.render_prompt([ChatMessage("user", "Name three rivers of Europe.")])
             )
