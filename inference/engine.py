@@ -395,7 +395,7 @@ class Engine:
                 try:
                     self.runner.execute(out)
                 except RestoreFailed as exc:
-                    self._restore_failed(exc)
+                    events += self._restore_failed(exc)
                 except Exception as exc:  # a failed save: nobody is in the batch
                     logger.exception("engine KV operations failed")
                     return events + self._fail_batch(out, str(exc))
@@ -403,8 +403,7 @@ class Engine:
         try:
             sampled = self.runner.execute(out)
         except RestoreFailed as exc:
-            self._restore_failed(exc)
-            return events + self._queue_events()
+            return events + self._restore_failed(exc) + self._queue_events()
         except KvPoolLost as exc:
             logger.exception("the KV pool was lost")
             return events + self._pool_lost(out, str(exc))
@@ -456,11 +455,20 @@ class Engine:
         host = self.scheduler.host
         return sum(e.on_disk for e in host.entries.values()) if host is not None else 0
 
-    def _restore_failed(self, exc: RestoreFailed) -> None:
-        """Saved KV that could not be restored is not an error for anyone: the batch did not
-        run, and the requests that needed it compute their prompts from the next step on."""
+    def _restore_failed(self, exc: RestoreFailed) -> list[Event]:
+        """Saved KV that could not be restored (or copied) is not an error for a request that
+        has not started: the batch did not run, and it computes its prompt from the next step
+        on. A running reply whose KV could not be moved to another sequence cannot go on."""
+        events: list[Event] = []
         for seq_id, entry in exc.failures:
             request = self.scheduler.slots[seq_id].request
+            if request is not None and request.output_tokens:
+                self.scheduler.finish(request, FinishReason.ERROR)
+                self._forget(request)
+                self.stats.count_error(ErrorCode.INTERNAL.value)
+                message = "generation failed: its KV could not be moved"
+                events.append(Failed(request.request_id, ErrorCode.INTERNAL.value, message))
+                continue
             if request is not None:
                 self.stats.cached_tokens -= request.num_cached
                 self.stats.restored_tokens -= request.num_restored
@@ -470,6 +478,7 @@ class Engine:
             self._kept_saved.pop(entry, None)
             self.stats.restore_failures += 1
         logger.warning("%s; recomputing instead", exc)
+        return events
 
     def _count_admission(self, request: Request) -> None:
         stats = self.stats

@@ -21,8 +21,10 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from inference.kvdisk import DiskKvStore
 from inference.scheduler import (
     CompactKv,
+    DecodeItem,
     DropSaved,
     KvOp,
+    PrefillChunk,
     RestoreKv,
     SaveKv,
     SchedulerOutput,
@@ -30,6 +32,7 @@ from inference.scheduler import (
     SpillSaved,
 )
 from inference.types import (
+    NO_ENTRY,
     ChatMessage,
     KvPoolLost,
     PromptPart,
@@ -342,8 +345,8 @@ class LlamaRunner:
                 self._saved.pop(action.entry, None)
                 if self._disk is not None:
                     self._disk.drop(action.entry)
-            else:
-                self._kv_op(action)
+            elif not self._kv_op(action, lost={seq for seq, _ in failed}):
+                failed.append((action.seq_id, NO_ENTRY))
         if failed:
             raise RestoreFailed(failed)  # before the batch: it would decode on missing KV
         if out.is_empty:
@@ -351,26 +354,29 @@ class LlamaRunner:
 
         n = 0
         samples: list[tuple[Request, int]] = []
-        # In sequence order: with a stream per sequence, llama.cpp computes a run of consecutive
-        # sequence ids in one pass, and takes them in the order the batch lists them.
-        for d in sorted(out.decodes, key=lambda d: d.seq_id):
-            self._tokens[n], self._pos[n], self._seq[n], self._logits[n] = (
-                d.token,
-                d.pos,
-                d.seq_id,
-                1,
-            )
-            samples.append((d.request, n))
-            n += 1
-        for chunk in sorted(out.prefills, key=lambda c: c.seq_id):
-            k = len(chunk.tokens)
-            self._tokens[n : n + k] = chunk.tokens
-            self._pos[n : n + k] = np.arange(chunk.start, chunk.start + k, dtype=np.int32)
-            self._seq[n : n + k] = chunk.seq_id
+        # In sequence order, decodes and prompt chunks together: with a stream per sequence,
+        # llama.cpp computes a run of consecutive sequence ids in one pass, taking them in the
+        # order the batch lists them.
+        items: list[DecodeItem | PrefillChunk] = [*out.decodes, *out.prefills]
+        for item in sorted(items, key=lambda item: item.seq_id):
+            if isinstance(item, DecodeItem):
+                self._tokens[n], self._pos[n], self._seq[n], self._logits[n] = (
+                    item.token,
+                    item.pos,
+                    item.seq_id,
+                    1,
+                )
+                samples.append((item.request, n))
+                n += 1
+                continue
+            k = len(item.tokens)
+            self._tokens[n : n + k] = item.tokens
+            self._pos[n : n + k] = np.arange(item.start, item.start + k, dtype=np.int32)
+            self._seq[n : n + k] = item.seq_id
             self._logits[n : n + k] = 0
-            if chunk.completes_prompt:
+            if item.completes_prompt:
                 self._logits[n + k - 1] = 1
-                samples.append((chunk.request, n + k - 1))
+                samples.append((item.request, n + k - 1))
             n += k
         if n > self._capacity:
             raise RunnerError(f"batch of {n} tokens exceeds the capacity {self._capacity}")
@@ -383,23 +389,31 @@ class LlamaRunner:
             raise RunnerError(f"llama_decode failed with status {status}")
         return {req.request_id: self._sample(req, idx) for req, idx in samples}
 
-    def _kv_op(self, op: KvOp) -> None:
+    def _kv_op(self, op: KvOp, lost: set[int]) -> bool:
+        """Trim a sequence, then copy a prefix into it; False (the sequence left empty) when
+        the copy failed or its source lost its KV earlier in this step (`lost`)."""
         llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.keep, -1)
         if op.copy_from is None or op.copy_len <= 0:
-            return
-        if self.kv_unified:  # the cells become shared: nothing is copied
+            return True
+        if op.copy_from in lost:
+            ok = False
+        elif self.kv_unified:  # the cells become shared: nothing is copied
             llama_cpp.llama_memory_seq_cp(self.memory, op.copy_from, op.seq_id, 0, op.copy_len)
-            return
-        # Another stream: the source's KV is copied over (a few ms for a few hundred tokens),
-        # then trimmed to the prefix. llama.cpp's own cross-stream copy would copy the whole
-        # stream, and only at the next llama_decode.
-        blob = self._state_of(op.copy_from)
-        ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
-        read = int(llama_cpp.llama_state_seq_set_data(self.ctx, ptr, blob.nbytes, op.seq_id))
-        if read != blob.nbytes:
+            return True
+        else:
+            # Another stream: the source's KV is copied over (a few ms for a few hundred
+            # tokens), then trimmed to the prefix. llama.cpp's own cross-stream copy would copy
+            # the whole stream, and only at the next llama_decode.
+            blob = self._state_of(op.copy_from)
+            ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+            read = int(llama_cpp.llama_state_seq_set_data(self.ctx, ptr, blob.nbytes, op.seq_id))
+            llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.copy_len, -1)
+            pos_max = int(llama_cpp.llama_memory_seq_pos_max(self.memory, op.seq_id))
+            ok = blob.nbytes > 0 and read == blob.nbytes and pos_max + 1 == op.copy_len
+        if not ok:
             llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, 0, -1)
-            raise RunnerError(f"copying sequence {op.copy_from} into {op.seq_id} failed")
-        llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.copy_len, -1)
+            logger.warning("copying sequence %d into %d failed", op.copy_from, op.seq_id)
+        return ok
 
     def _state_of(self, seq_id: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         """`seq_id`'s KV as a llama.cpp state blob (empty when that fails)."""

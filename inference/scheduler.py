@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from inference import fairshare
 from inference.hostcache import HostCache, common_prefix_len
-from inference.types import FinishReason, Request, RequestStatus
+from inference.types import NO_ENTRY, FinishReason, Request, RequestStatus
 
 POLICIES = ("fair", "priority", "fcfs")
 MIN_RESTORE_GAIN = 16  # restore from host memory only when it saves more than this many tokens
@@ -609,23 +609,21 @@ class Scheduler:
         """With a stream per sequence, llama.cpp decodes each run of consecutive sequence ids
         in a pass of its own (47 streams around one idle sequence: 310 ms a step against 260
         for 48 in a row). Admissions take the lowest free sequence; the gaps they will not fill
-        this step are closed by moving the highest running request down (a copy of its KV, a
-        few ms)."""
+        this step are closed by moving the highest running request down into an empty sequence
+        (a copy of its KV, a few ms). A sequence still keeping a finished conversation is left
+        alone: parking empties it soon (`park_idle_steps`), and without host memory its
+        conversation is worth more than the pass saved."""
         if self.shared_pool:
             return
         admissible = min(len(self.waiting), max(0, self.max_running - len(self.running)))
         while self.running:
             top = max(self.running, key=lambda r: r.seq_id or 0)
             assert top.seq_id is not None
-            gaps = sorted(
-                (s for s in self.slots[: top.seq_id] if s.request is None),
-                key=lambda s: s.seq_id,
-            )
-            if len(gaps) <= admissible:
+            gaps = [s for s in self.slots[: top.seq_id] if s.request is None]
+            empty = [s for s in gaps if not s.tokens]
+            if len(gaps) <= admissible or not empty:
                 return
-            low, high = gaps[0], self.slots[top.seq_id]
-            if low.tokens:
-                self._save(low, out, pinned=None)  # unless host memory holds it already
+            low, high = min(empty, key=lambda s: s.seq_id), self.slots[top.seq_id]
             held = top.kv_tokens()
             out.kv_ops.append(KvOp(low.seq_id, 0, high.seq_id, len(held)))
             out.kv_ops.append(KvOp(high.seq_id, 0))
@@ -692,10 +690,11 @@ class Scheduler:
         return self.host.adopt(tenant, tokens, self._step)
 
     def restore_failed(self, seq_id: int, entry: int) -> Request | None:
-        """The runner could not restore `entry` into `seq_id` (a file gone or not matching): the
-        batch that used it did not run. The request computes its whole prompt instead (nothing
-        was sampled from the failed state), the entry is forgotten."""
-        if self.host is not None:
+        """The runner could not restore `entry` into `seq_id` (a file gone or not matching), or
+        copy another sequence's KV into it (`entry` is `NO_ENTRY`): the batch did not run. The
+        request computes its whole prompt instead (nothing was sampled from the failed state),
+        the entry is forgotten."""
+        if self.host is not None and entry != NO_ENTRY:
             self.host.discard(entry)
             self._pending_ops.append(DropSaved(entry))
         slot = self.slots[seq_id]

@@ -94,8 +94,12 @@ def _disk_store(model_path: Path) -> Any:
     if digest is None:
         digest = modelstore.hash_file(model_path, progress=False)
         modelstore.write_verified_digest(model_path, digest)
-    # The state format depends on the llama.cpp build and the KV layout (f16, one pool).
-    fingerprint = model_fingerprint(digest, llama_cpp.__version__, "f16/unified")
+    # The state format depends on the llama.cpp build and the KV layout: f16, in one pool or
+    # in a stream per sequence (a state blob records how many streams the context has).
+    layout = (
+        "f16/unified" if settings.QASSIST_KV_UNIFIED else f"f16/streams-{settings.QASSIST_PARALLEL}"
+    )
+    fingerprint = model_fingerprint(digest, llama_cpp.__version__, layout)
     try:
         return DiskKvStore(Path(settings.QASSIST_HOST_CACHE_DIR), fingerprint)
     except OSError as exc:

@@ -50,14 +50,18 @@ class ErrorCode(enum.StrEnum):
     INTERNAL = "internal"
 
 
+NO_ENTRY = -1  # a RestoreFailed sequence whose KV was to be copied from another sequence
+
+
 class RestoreFailed(Exception):
-    """Raised by a runner before it decodes, when saved KV could not be restored: the file went
-    missing, did not check out, or llama.cpp refused the state. The batch did not run; the
-    engine has those requests compute their prompt instead (`Scheduler.restore_failed`)."""
+    """Raised by a runner before it decodes, when saved KV could not be restored (the file went
+    missing, did not check out, or llama.cpp refused the state) or copied from another
+    sequence (`NO_ENTRY`). The batch did not run; the engine has those requests compute their
+    prompt instead (`Scheduler.restore_failed`), or ends a running one."""
 
     def __init__(self, failures: list[tuple[int, int]]) -> None:
         super().__init__(f"could not restore saved KV (sequence, entry): {failures}")
-        self.failures = failures  # (sequence id, host entry id)
+        self.failures = failures  # (sequence id, host entry id or NO_ENTRY)
 
 
 class KvPoolLost(Exception):

@@ -28,7 +28,15 @@ from inference.scheduler import (
     ShareKv,
     SpillSaved,
 )
-from inference.types import ChatMessage, KvPoolLost, PromptPart, Request, RestoreFailed, prompt_text
+from inference.types import (
+    NO_ENTRY,
+    ChatMessage,
+    KvPoolLost,
+    PromptPart,
+    Request,
+    RestoreFailed,
+    prompt_text,
+)
 
 EOG = 1
 OFFSET = 10
@@ -94,6 +102,7 @@ class FakeRunner:
     shares: list[ShareKv] = field(default_factory=list)
     fail_compaction: bool = False  # the pool is cleared, then reading it back fails
     kv_log: list[list[Any]] = field(default_factory=list)  # each step's KV operations
+    fail_copies: bool = False  # copying KV into another sequence fails (it is left empty)
 
     @property
     def saved_bytes(self) -> int:
@@ -208,8 +217,8 @@ class FakeRunner:
             elif isinstance(action, DropSaved):
                 found = self.saved.pop(action.entry, None) or self.disk.pop(action.entry, None)
                 assert found is not None or self.lose_disk_entries, "dropping a missing entry"
-            else:
-                self._kv_op(action)
+            elif not self._kv_op(action, lost={seq for seq, _ in failed}):
+                failed.append((action.seq_id, NO_ENTRY))
             if self.host_budget_bytes is not None:
                 assert self.saved_bytes <= self.host_budget_bytes, "host cache over its budget"
             if self.disk_budget_bytes is not None:
@@ -250,13 +259,16 @@ class FakeRunner:
             sampled[request.request_id] = script[min(len(request.output_tokens), len(script) - 1)]
         return sampled
 
-    def _kv_op(self, op: KvOp) -> None:
+    def _kv_op(self, op: KvOp, lost: set[int]) -> bool:
         held = self.kv.get(op.seq_id, [])
         self.kv[op.seq_id] = held[: op.keep]
-        if op.copy_from is not None:
+        if op.copy_from is not None and op.copy_len:
             assert op.keep == 0, "a copy replaces the whole sequence"
+            if self.fail_copies or op.copy_from in lost:
+                return False  # like the runner: the sequence is left empty
             self.kv[op.seq_id] = list(self.kv.get(op.copy_from, [])[: op.copy_len])
             assert len(self.kv[op.seq_id]) == op.copy_len, "copied cells must exist"
+        return True
 
     def _append(self, seq_id: int, pos: int, tokens: list[int]) -> None:
         held = self.kv.setdefault(seq_id, [])

@@ -911,6 +911,12 @@ def test_a_turns_short_message_is_computed_in_one_step_beside_running_streams():
 # --- a stream of KV cells per sequence ----------------------------------------------------------
 
 
+def running(s: Scheduler, rid: str) -> Request:
+    request = s.get(rid)
+    assert request is not None
+    return request
+
+
 def decoding_runs(engine: Engine) -> int:
     """How many passes llama.cpp makes for the running streams: runs of consecutive ids."""
     ids = sorted(r.seq_id for r in engine.scheduler.running if r.seq_id is not None)
@@ -928,22 +934,25 @@ def test_with_a_stream_per_sequence_requests_take_the_lowest_free_sequences():
 
 def test_gaps_below_running_streams_are_closed_by_moving_the_highest_one_down():
     runner = FakeRunner(n_seq_max=6, kv_unified=False, reply_for=lambda p: p * 4)
-    engine = make_engine(runner, max_queue=32)
-    texts = {"short": "hi", "mid": "tell me a story", "long": "tell me a much longer story"}
+    engine = make_engine(runner, max_queue=32, host_cache_bytes=1_000_000, park_idle_steps=1)
+    texts = {"a": "tell me a story", "b": "hi", "c": "tell me a much longer story"}
     for rid, text in texts.items():
         engine.add_request(rid, [ChatMessage("user", text)], SamplingParams(), tenant="t")
     replies = dict.fromkeys(texts, "")
-    runs = []
+    runs, where = [], []
     while engine.has_work:
         for e in engine.step():
             if isinstance(e, Delta):
                 replies[e.request_id] += e.text
         runs.append(decoding_runs(engine))
-    # "short" (sequence 0) ends first, then "mid": the others move down instead of leaving a
-    # gap, and each reply is whole (the fake checks every token lands after its own history).
-    assert max(runs) == 1
+        c = engine.scheduler.get("c")
+        where.append(c.seq_id if c is not None else None)
+    # "b" (sequence 1) ends first; once its conversation is parked, "c" moves down from 2 to 1,
+    # and each reply is whole (the fake checks every token lands after its own history).
+    assert where[0] == 2
+    assert 1 in where
+    assert runs.count(2) <= 2  # the step "b" ended in, and the one that parked it
     assert replies == {rid: text * 4 for rid, text in texts.items()}
-    assert engine.scheduler.slots[0].tokens  # "long" ended in sequence 0
 
 
 def test_a_follow_up_whose_conversation_sits_higher_is_copied_into_the_lowest_sequence():
@@ -974,3 +983,85 @@ def test_a_follow_up_whose_conversation_sits_higher_is_copied_into_the_lowest_se
     assert [(op.seq_id, op.copy_from) for op in copies] == [(1, 0), (0, 1)]
     assert second.cached_tokens == first.prompt_tokens + first.completion_tokens
     assert not runner.restores
+
+
+def test_a_gap_is_closed_with_an_empty_sequence_before_a_kept_conversation():
+    s = sched(n_seq_max=4, shared_pool=False, host_cache_tokens=1_000)
+    for rid in ("a", "b", "c"):
+        s.add(req(rid, max_tokens=20))
+    step(s)
+    a, b, c = (running(s, rid) for rid in "abc")
+    assert [a.seq_id, b.seq_id, c.seq_id] == [0, 1, 2]
+    s.finish(a, FinishReason.STOP)  # kept in sequence 0
+    s.finish(b, FinishReason.ERROR)  # sequence 1 left empty
+    held = len(c.kv_tokens())
+    out = step(s)
+    assert c.seq_id == 1
+    assert out.kv_ops == [KvOp(1, 0), KvOp(1, 0, 2, held), KvOp(2, 0)]
+    assert s.slots[0].tokens  # the kept conversation stayed where it was (parking moves it)
+
+
+def test_without_host_memory_a_kept_conversation_is_not_moved_out_of_a_gap():
+    s = sched(n_seq_max=4, shared_pool=False)
+    for rid in ("a", "b"):
+        s.add(req(rid, max_tokens=20))
+    step(s)
+    a, b = running(s, "a"), running(s, "b")
+    s.finish(a, FinishReason.STOP)
+    step(s)
+    assert b.seq_id == 1  # the extra pass is cheaper than recomputing a's history later
+    assert s.slots[0].tokens
+
+
+def test_a_running_reply_whose_kv_could_not_be_moved_ends_and_the_others_go_on():
+    runner = FakeRunner(n_seq_max=4, kv_unified=False, reply_for=lambda p: p * 4)
+    engine = make_engine(runner, max_queue=32, host_cache_bytes=1_000_000, park_idle_steps=1)
+    for rid, text in {"short": "hi", "long": "tell me a much longer story"}.items():
+        engine.add_request(rid, [ChatMessage("user", text)], SamplingParams(), tenant="t")
+    events: list[Any] = []
+    while engine.has_work:
+        runner.fail_copies = any(isinstance(e, Done) for e in events)  # once "short" ended
+        events += engine.step()
+    failed = [e for e in events if isinstance(e, Failed)]
+    assert [(e.request_id, e.code) for e in failed] == [("long", "internal")]
+    assert "could not be moved" in failed[0].message
+    assert [e.request_id for e in events if isinstance(e, Done)] == ["short"]
+    assert engine.stats.restore_failures == 0  # not recomputed as if it had not started
+    assert not engine.scheduler.running
+
+
+def test_a_prompt_whose_prefix_copy_failed_is_computed_instead():
+    runner = FakeRunner(n_seq_max=4, kv_unified=False, reply_for=lambda p: f"answer to {p}")
+    engine = make_engine(runner, max_queue=32)
+    system = ChatMessage("system", "You are the assistant of the Acme company. " * 2)
+    engine.add_request("a", [system, ChatMessage("user", "x" * 80)], SamplingParams(), tenant="t")
+    engine.step()  # "a" holds the system prompt in sequence 0
+    runner.fail_copies = True
+    _, done = talk(engine, "b", [system], "hello")
+    assert done.cached_tokens == 0
+    assert engine.stats.restore_failures == 1
+
+
+def test_a_prefix_copied_from_a_restore_that_failed_in_the_same_step_is_computed_instead():
+    runner, engine = conversation_engine(host_bytes=1_000_000, n_seq_max=3)
+    system = ChatMessage("system", "You are the assistant of the Acme company. " * 2)
+    history, _ = talk(engine, "a1", [system], "tell me about the sea, please")
+    talk(engine, "b1", [], "what is the time in Paris now?")
+    talk(engine, "c1", [], "how do I bake bread at home?")
+    talk(engine, "d1", [], "and how do I make butter?")  # a's sequence saved, then taken
+    assert runner.saves
+    runner.fail_restores = True
+    # In one step: a's follow-up restores her conversation, and e's new one copies the system
+    # prompt from the sequence being restored. The restore fails, so the copy has nothing.
+    engine.add_request(
+        "a2", [*history, ChatMessage("user", "and the mountains?")], SamplingParams(), tenant="t"
+    )
+    engine.add_request("e1", [system, ChatMessage("user", "hello")], SamplingParams(), tenant="t")
+    events = engine.step()
+    assert not any(isinstance(e, Failed) for e in events)
+    assert engine.stats.restore_failures == 2
+    runner.fail_restores = False
+    done = {}
+    while engine.has_work:
+        done.update({e.request_id: e for e in engine.step() if isinstance(e, Done)})
+    assert {r: d.finish_reason for r, d in done.items()} == {"a2": "stop", "e1": "stop"}

@@ -391,3 +391,41 @@ def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed():
     stayed, stayed_logits = reply(move=False)
     assert moved == stayed
     assert all(np.array_equal(a, b) for a, b in zip(moved_logits, stayed_logits, strict=True))
+
+
+def test_with_a_stream_per_sequence_a_reply_moved_down_is_the_reply_it_would_have_been():
+    """Through the engine: a short reply in sequence 0 ends, the long one beside it moves down
+    into sequence 0 (so running streams stay one pass), and its tokens are those it has when
+    it runs alone from the start; its follow-up turn finds the whole history."""
+    from inference.runner import LlamaRunner
+
+    def engine() -> Engine:
+        runner = LlamaRunner(
+            model_path(), n_seq_max=3, n_ctx=4096, max_batch_tokens=128, n_threads=2,
+            max_seq_tokens=1024, kv_unified=False,
+        )  # fmt: skip
+        return Engine(
+            runner, max_batch_tokens=128, max_queue=16, host_cache_bytes=2**26, park_idle_steps=1
+        )
+
+    asks = [ChatMessage("user", "Name three rivers of Europe.")]
+    long = SamplingParams(max_tokens=40, temperature=0)
+    alone = engine()
+    try:
+        history, alone_done, alone_tokens = turn(alone, "long", [], asks[0].content, long)
+    finally:
+        alone.runner.close()
+
+    beside = engine()
+    try:
+        quick = SamplingParams(max_tokens=3, temperature=0)
+        beside.add_request("quick", [ChatMessage("user", "Say hi.")], quick, tenant="acme")
+        beside.step()
+        history2, _, tokens = turn(beside, "long", [], asks[0].content, long)
+        assert turn.last_request.seq_id == 0  # type: ignore[attr-defined]  # moved down
+        assert tokens == alone_tokens
+        assert history2 == history
+        _, follow, _ = turn(beside, "next", history, "Which one is the longest?")
+        assert follow.cached_tokens == alone_done.prompt_tokens + alone_done.completion_tokens - 1
+    finally:
+        beside.runner.close()
