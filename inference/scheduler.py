@@ -609,10 +609,8 @@ class Scheduler:
         """With a stream per sequence, llama.cpp decodes each run of consecutive sequence ids
         in a pass of its own (47 streams around one idle sequence: 310 ms a step against 260
         for 48 in a row). Admissions take the lowest free sequence; the gaps they will not fill
-        this step are closed by moving the highest running request down into an empty sequence
-        (a copy of its KV, a few ms). A sequence still keeping a finished conversation is left
-        alone: parking empties it soon (`park_idle_steps`), and without host memory its
-        conversation is worth more than the pass saved."""
+        this step are closed by moving the highest running request down (a copy of its KV, a
+        few ms)."""
         if self.shared_pool:
             return
         admissible = min(len(self.waiting), max(0, self.max_running - len(self.running)))
@@ -620,10 +618,14 @@ class Scheduler:
             top = max(self.running, key=lambda r: r.seq_id or 0)
             assert top.seq_id is not None
             gaps = [s for s in self.slots[: top.seq_id] if s.request is None]
-            empty = [s for s in gaps if not s.tokens]
-            if len(gaps) <= admissible or not empty:
+            # A finished conversation kept in a gap goes to host memory first; without host
+            # memory only empty sequences are taken (the conversation is worth more).
+            usable = gaps if self.host is not None else [s for s in gaps if not s.tokens]
+            if len(gaps) <= admissible or not usable:
                 return
-            low, high = min(empty, key=lambda s: s.seq_id), self.slots[top.seq_id]
+            low, high = min(usable, key=lambda s: s.seq_id), self.slots[top.seq_id]
+            if low.tokens:
+                self._save(low, out, pinned=None)  # unless host memory holds it already
             held = top.kv_tokens()
             out.kv_ops.append(KvOp(low.seq_id, 0, high.seq_id, len(held)))
             out.kv_ops.append(KvOp(high.seq_id, 0))

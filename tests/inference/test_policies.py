@@ -985,20 +985,20 @@ def test_a_follow_up_whose_conversation_sits_higher_is_copied_into_the_lowest_se
     assert not runner.restores
 
 
-def test_a_gap_is_closed_with_an_empty_sequence_before_a_kept_conversation():
+def test_a_gap_holding_a_finished_conversation_is_closed_once_host_memory_has_it():
     s = sched(n_seq_max=4, shared_pool=False, host_cache_tokens=1_000)
-    for rid in ("a", "b", "c"):
-        s.add(req(rid, max_tokens=20))
+    for rid in ("a", "b"):
+        s.add(req(rid, prompt=[100 + i for i in range(40)], max_tokens=20))
     step(s)
-    a, b, c = (running(s, rid) for rid in "abc")
-    assert [a.seq_id, b.seq_id, c.seq_id] == [0, 1, 2]
+    a, b = running(s, "a"), running(s, "b")
+    assert [a.seq_id, b.seq_id] == [0, 1]
     s.finish(a, FinishReason.STOP)  # kept in sequence 0
-    s.finish(b, FinishReason.ERROR)  # sequence 1 left empty
-    held = len(c.kv_tokens())
+    kept, held = list(s.slots[0].tokens), len(b.kv_tokens())
     out = step(s)
-    assert c.seq_id == 1
-    assert out.kv_ops == [KvOp(1, 0), KvOp(1, 0, 2, held), KvOp(2, 0)]
-    assert s.slots[0].tokens  # the kept conversation stayed where it was (parking moves it)
+    assert b.seq_id == 0
+    save = next(op for op in out.kv_ops if isinstance(op, SaveKv))
+    assert out.kv_ops == [save, KvOp(0, 0, 1, held), KvOp(1, 0)]
+    assert (save.seq_id, save.n_tokens) == (0, len(kept))  # a's conversation saved first
 
 
 def test_without_host_memory_a_kept_conversation_is_not_moved_out_of_a_gap():
