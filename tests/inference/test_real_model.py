@@ -4,6 +4,7 @@ import asyncio
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -294,6 +295,20 @@ def test_the_default_sampling_path_is_seeded_and_varies_with_the_seed(engines):
     assert sum(ch.isalpha() for ch in text) > len(text) / 3  # words, not noise
 
 
+def decode_step(runner: Any, items: list[Any]) -> list[np.ndarray]:
+    """Decode one token for each item (in sequence order, as the runner lays out the batch),
+    append the sampled tokens, return each item's logits."""
+    from inference.scheduler import SchedulerOutput
+
+    sampled = runner.execute(SchedulerOutput(decodes=items))
+    logits = []
+    for row, item in enumerate(sorted(items, key=lambda item: item.seq_id)):
+        item.request.output_tokens.append(sampled[item.request.request_id])
+        ptr = llama_cpp.llama_get_logits_ith(runner.ctx, row)
+        logits.append(np.ctypeslib.as_array(ptr, shape=(runner.n_vocab,)).copy())
+    return logits
+
+
 def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
     """Compaction moves two replies' cells down into the hole another conversation left, and
     they go on with exactly the tokens of a pool that never held it. (Left with the hole, new
@@ -333,12 +348,7 @@ def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
                     DecodeItem(r, i + 1, r.output_tokens[-1], r.num_tokens - 1)
                     for i, r in enumerate(reqs)
                 ]
-                sampled = runner.execute(SchedulerOutput(decodes=items))
-                for r in reqs:
-                    r.output_tokens.append(sampled[r.request_id])
-                for row in range(len(reqs)):
-                    ptr = llama_cpp.llama_get_logits_ith(runner.ctx, row)
-                    logits.append(np.ctypeslib.as_array(ptr, shape=(runner.n_vocab,)).copy())
+                logits += decode_step(runner, items)
             return {i: r.output_tokens for i, r in enumerate(reqs)}, logits
         finally:
             runner.close()
@@ -378,9 +388,7 @@ def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed():
                     runner.execute(SchedulerOutput(kv_ops=[KvOp(0, 0, seq, held), KvOp(seq, 0)]))
                     seq = 0
                 item = DecodeItem(req, seq, req.output_tokens[-1], req.num_tokens - 1)
-                req.output_tokens.append(runner.execute(SchedulerOutput(decodes=[item]))["r"])
-                ptr = llama_cpp.llama_get_logits_ith(runner.ctx, 0)
-                logits.append(np.ctypeslib.as_array(ptr, shape=(runner.n_vocab,)).copy())
+                logits += decode_step(runner, [item])
             empty = int(llama_cpp.llama_memory_seq_pos_max(runner.memory, 2)) < 0
             assert empty == move  # the old sequence was cleared
             return req.output_tokens, logits
