@@ -13,7 +13,10 @@ is taken over or evicted, its KV is first saved to host memory (`inference.hostc
 budget) and its cells are freed; a returning conversation restores it instead of recomputing,
 sharing the cells of a prefix another sequence holds. Every token attends over the whole range
 of cells in use in llama.cpp's pool, holes included, so the pool is packed (`CompactKv`) once
-enough cells were freed.
+enough cells were freed. With a stream of cells per sequence instead (`shared_pool=False`), a
+copied prefix is a copy, nothing needs packing, and running requests are kept at the lowest
+sequence ids (`_pack_running`), because llama.cpp computes each run of consecutive ids in a
+pass of its own.
 
 Which waiting request goes next is `inference.fairshare`'s weighted fair share between tenants;
 how many run together is `max_running`, which the engine sets from the speed floor.
