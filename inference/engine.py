@@ -463,11 +463,7 @@ class Engine:
         for seq_id, entry in exc.failures:
             request = self.scheduler.slots[seq_id].request
             if request is not None and request.output_tokens:
-                self.scheduler.finish(request, FinishReason.ERROR)
-                self._forget(request)
-                self.stats.count_error(ErrorCode.INTERNAL.value)
-                message = "generation failed: its KV could not be moved"
-                events.append(Failed(request.request_id, ErrorCode.INTERNAL.value, message))
+                events.append(self._fail(request, "its KV could not be moved"))
                 continue
             if request is not None:
                 self.stats.cached_tokens -= request.num_cached
@@ -540,15 +536,15 @@ class Engine:
             if request.request_id in seen:
                 continue
             seen.add(request.request_id)
-            self.scheduler.finish(request, FinishReason.ERROR)
-            self._forget(request)
-            self.stats.count_error(ErrorCode.INTERNAL.value)
-            events.append(
-                Failed(
-                    request.request_id, ErrorCode.INTERNAL.value, f"generation failed: {message}"
-                )
-            )
+            events.append(self._fail(request, message))
         return events
+
+    def _fail(self, request: Request, message: str) -> Failed:
+        """End a started request with `internal`: its sequence's KV is forgotten."""
+        self.scheduler.finish(request, FinishReason.ERROR)
+        self._forget(request)
+        self.stats.count_error(ErrorCode.INTERNAL.value)
+        return Failed(request.request_id, ErrorCode.INTERNAL.value, f"generation failed: {message}")
 
     def _done(self, request: Request) -> Done:
         self._keep_text(request)

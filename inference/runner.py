@@ -395,46 +395,48 @@ class LlamaRunner:
         llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.keep, -1)
         if op.copy_from is None or op.copy_len <= 0:
             return True
-        if op.copy_from in lost:
-            ok = False
-        elif self.kv_unified:  # the cells become shared: nothing is copied
+        if self.kv_unified and op.copy_from not in lost:  # shared cells: nothing is copied
             llama_cpp.llama_memory_seq_cp(self.memory, op.copy_from, op.seq_id, 0, op.copy_len)
             return True
-        else:
-            # Another stream: the source's KV is copied over (a few ms for a few hundred
-            # tokens), then trimmed to the prefix. llama.cpp's own cross-stream copy would copy
-            # the whole stream, and only at the next llama_decode.
-            blob = self._state_of(op.copy_from)
-            ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
-            read = int(llama_cpp.llama_state_seq_set_data(self.ctx, ptr, blob.nbytes, op.seq_id))
-            llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.copy_len, -1)
-            pos_max = int(llama_cpp.llama_memory_seq_pos_max(self.memory, op.seq_id))
-            ok = blob.nbytes > 0 and read == blob.nbytes and pos_max + 1 == op.copy_len
-        if not ok:
+        # Another stream: the source's KV is copied over (a few ms for a few hundred tokens),
+        # then trimmed to the prefix. llama.cpp's own cross-stream copy would copy the whole
+        # stream, and only at the next llama_decode.
+        if op.copy_from not in lost:
+            if self._load(self._state_of(op.copy_from), op.seq_id) >= op.copy_len:
+                llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, op.copy_len, -1)
+                return True
             llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, 0, -1)
-            logger.warning("copying sequence %d into %d failed", op.copy_from, op.seq_id)
-        return ok
+        logger.warning("copying sequence %d into %d failed", op.copy_from, op.seq_id)
+        return False
 
     def _state_of(self, seq_id: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
-        """`seq_id`'s KV as a llama.cpp state blob (empty when that fails)."""
+        """`seq_id`'s KV (-1: every sequence's) as a llama.cpp state blob, empty on failure."""
         size = int(llama_cpp.llama_state_seq_get_size(self.ctx, seq_id))
         blob = np.empty(size, dtype=np.uint8)
         ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
         written = int(llama_cpp.llama_state_seq_get_data(self.ctx, ptr, size, seq_id))
         return blob[: max(written, 0)]
 
+    def _load(self, blob: np.ndarray[Any, np.dtype[np.uint8]], seq_id: int) -> int:
+        """Put a state blob into `seq_id`: the positions it holds then, 0 when llama.cpp did
+        not read all of it (the caller clears the sequence when the count is not what it needs)."""
+        ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+        read = int(llama_cpp.llama_state_seq_set_data(self.ctx, ptr, blob.nbytes, seq_id))
+        if blob.nbytes == 0 or read != blob.nbytes:
+            return 0
+        return int(llama_cpp.llama_memory_seq_pos_max(self.memory, seq_id)) + 1
+
     def _compact(self) -> None:
         """Pack every sequence's cells from the pool's start: the whole KV (cells shared by
         several sequences stay shared) is written out and read back, and llama.cpp's whole-pool
         read places the cells contiguously from cell 0."""
         started = time.perf_counter()
-        size = int(llama_cpp.llama_state_seq_get_size(self.ctx, -1))
-        blob = np.empty(size, dtype=np.uint8)
-        ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
-        written = int(llama_cpp.llama_state_seq_get_data(self.ctx, ptr, size, -1))
+        blob = self._state_of(-1)
+        written = blob.nbytes
         if written <= 0:
             logger.warning("packing the KV pool: saving it failed; left as it was")
             return
+        ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
         read = int(llama_cpp.llama_state_seq_set_data(self.ctx, ptr, written, -1))
         if read != written:
             # The pool was cleared before the read: what the sequences held is gone.
@@ -486,20 +488,13 @@ class LlamaRunner:
         if blob is None:
             logger.warning("host entry %d is not available", op.entry)
             return False
-        ptr = blob.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
-        read = int(llama_cpp.llama_state_seq_set_data(self.ctx, ptr, blob.nbytes, op.seq_id))
-        pos_max = int(llama_cpp.llama_memory_seq_pos_max(self.memory, op.seq_id))
-        if read != blob.nbytes or pos_max + 1 != op.n_tokens:
+        if self._load(blob, op.seq_id) != op.n_tokens:
             llama_cpp.llama_memory_seq_rm(self.memory, op.seq_id, 0, -1)
             logger.warning(
-                "restoring host entry %d into sequence %d failed (read %d of %d bytes, "
-                "%d positions for %d tokens)",
+                "restoring host entry %d (%d tokens) into sequence %d failed",
                 op.entry,
-                op.seq_id,
-                read,
-                blob.nbytes,
-                pos_max + 1,
                 op.n_tokens,
+                op.seq_id,
             )
             return False
         return True

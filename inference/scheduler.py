@@ -578,9 +578,7 @@ class Scheduler:
         for slot in losing:
             self._save(slot, out, pinned=saved.entry_id if saved is not None else None)
         for victim in evictions:
-            self._freed += len(victim.tokens)
-            victim.tokens = []
-            out.kv_ops.append(KvOp(victim.seq_id, 0))
+            self._free(victim, out)
         self._freed += len(target.tokens) - target_keeps
 
         if saved is not None:
@@ -661,9 +659,13 @@ class Scheduler:
                 and len(slot.tokens) <= self.host.capacity_tokens
             ):
                 self._save(slot, out, pinned=None)  # unless host memory holds it already
-                self._freed += len(slot.tokens)
-                slot.tokens = []
-                out.kv_ops.append(KvOp(slot.seq_id, 0))
+                self._free(slot, out)
+
+    def _free(self, slot: Slot, out: SchedulerOutput) -> None:
+        """Drop what an idle sequence keeps (saved first by the caller, where worth it)."""
+        self._freed += len(slot.tokens)
+        slot.tokens = []
+        out.kv_ops.append(KvOp(slot.seq_id, 0))
 
     def pool_lost(self) -> None:
         """The runner lost every sequence's KV (the requests were ended by the caller): no

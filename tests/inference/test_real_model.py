@@ -309,6 +309,13 @@ def decode_step(runner: Any, items: list[Any]) -> list[np.ndarray]:
     return logits
 
 
+def assert_identical(a: tuple[Any, list[np.ndarray]], b: tuple[Any, list[np.ndarray]]) -> None:
+    """Two runs' (tokens, logits of every step): the same tokens, the same logits bit for bit."""
+    assert a[0] == b[0]
+    assert len(a[1]) == len(b[1])
+    assert all(np.array_equal(x, y) for x, y in zip(a[1], b[1], strict=True))
+
+
 def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
     """Compaction moves two replies' cells down into the hole another conversation left, and
     they go on with exactly the tokens of a pool that never held it. (Left with the hole, new
@@ -353,10 +360,7 @@ def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
         finally:
             runner.close()
 
-    packed, packed_logits = replies(filler=True)
-    fresh, fresh_logits = replies(filler=False)
-    assert packed == fresh
-    assert all(np.array_equal(a, b) for a, b in zip(packed_logits, fresh_logits, strict=True))
+    assert_identical(replies(filler=True), replies(filler=False))
 
 
 def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed():
@@ -395,10 +399,7 @@ def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed():
         finally:
             runner.close()
 
-    moved, moved_logits = reply(move=True)
-    stayed, stayed_logits = reply(move=False)
-    assert moved == stayed
-    assert all(np.array_equal(a, b) for a, b in zip(moved_logits, stayed_logits, strict=True))
+    assert_identical(reply(move=True), reply(move=False))
 
 
 def test_with_a_stream_per_sequence_a_reply_moved_down_is_the_reply_it_would_have_been():
