@@ -208,7 +208,9 @@ def test_drilling_down_to_a_user_or_a_key_counts_only_theirs(tenant, people):
 
 
 def test_requests_per_hour_cover_the_last_48_hours(tenant):
-    now = timezone.now()
+    # Half past an hour (UTC, the buckets' hours): one minute earlier is still the same hour,
+    # whenever the test runs (it failed in CI a minute after the hour).
+    now = timezone.now().replace(minute=30, second=0, microsecond=0)
     UsageRecord.objects.create(tenant=tenant, created_at=now - timedelta(minutes=1))
     UsageRecord.objects.create(
         tenant=tenant, created_at=now - timedelta(hours=3), status="rejected"
