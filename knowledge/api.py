@@ -1,0 +1,202 @@
+"""REST for a tenant's knowledge base, with the tenant's API keys (docs/api.md):
+
+    GET    /v1/knowledge/documents                 the documents, and the storage used
+    POST   /v1/knowledge/documents                 multipart: file (and title): upload (202)
+    GET    /v1/knowledge/documents/{id}            one document: status, progress, error
+    PUT    /v1/knowledge/documents/{id}            multipart: file (and title): a new version
+    DELETE /v1/knowledge/documents/{id}            the document with its passages and vectors
+    GET    /v1/knowledge/documents/{id}/content    the file as uploaded
+
+Another tenant's document, or a conversation's attachment, is a 404 like one that does not
+exist. Indexing runs in the background: a document is `queued`, then `indexing` (with
+`progress`), then `ready` or `failed` (with `error`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParser, MultiPartParserError
+from django.http.response import HttpResponseBase
+from pydantic import BaseModel, Field
+
+from chat.api.views import ApiError, _principal, api_endpoint
+from knowledge import services
+from knowledge.models import Document
+
+MULTIPART_SLACK = 1024 * 1024  # the form's own bytes around the file
+
+
+class DocumentObject(BaseModel):
+    id: str = Field(description="doc-…")
+    object: Literal["knowledge.document"]
+    title: str
+    filename: str
+    format: str = Field(description="What the file was read as: pdf, docx, html, markdown, text.")
+    bytes: int
+    sha256: str
+    version: int = Field(description="Raised by each replacement.")
+    status: Literal["queued", "indexing", "ready", "failed"]
+    progress: int = Field(description="Percent indexed.")
+    error: str | None = Field(description="Why indexing failed, in words a person acts on.")
+    pages: int
+    passages: int = Field(description="Passages retrieval can find.")
+    created_at: int
+    updated_at: int
+    indexed_at: int | None
+
+
+class Storage(BaseModel):
+    used_bytes: int
+    limit_bytes: int
+
+
+class DocumentList(BaseModel):
+    object: Literal["list"]
+    data: list[DocumentObject]
+    storage: Storage
+
+
+class DocumentDeleted(BaseModel):
+    id: str
+    object: Literal["knowledge.document.deleted"]
+    deleted: bool
+
+
+def document_object(document: Document) -> DocumentObject:
+    return DocumentObject(
+        id=document.public_id,
+        object="knowledge.document",
+        title=document.title,
+        filename=document.filename,
+        format=document.kind,
+        bytes=document.size,
+        sha256=document.sha256,
+        version=document.version,
+        status=document.status,  # type: ignore[arg-type]
+        progress=document.progress,
+        error=document.error or None,
+        pages=document.pages,
+        passages=document.chunk_count,
+        created_at=int(document.created_at.timestamp()),
+        updated_at=int(document.updated_at.timestamp()),
+        indexed_at=int(document.indexed_at.timestamp()) if document.indexed_at else None,
+    )
+
+
+def _json(model: BaseModel, status: int = 200) -> JsonResponse:
+    return JsonResponse(model.model_dump(mode="json"), status=status)
+
+
+def _refused(exc: services.KnowledgeError) -> ApiError:
+    return ApiError(exc.status, exc.message, code=exc.code, param="file")
+
+
+def _upload(request: HttpRequest) -> tuple[services.Upload, str]:
+    """The multipart form's file (and title), checked for size before it is parsed."""
+    limit = int(settings.QASSIST_KNOWLEDGE_MAX_FILE_MB) * 1024 * 1024
+    try:
+        length = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        length = 0
+    if length > limit + MULTIPART_SLACK:
+        raise ApiError(
+            413,
+            f"The upload is {length / 1048576:,.1f} MB; one file may be at most "
+            f"{limit / 1048576:,.0f} MB.",
+            code="file_too_large",
+            param="file",
+        )
+    if not (request.content_type or "").startswith("multipart/form-data"):
+        raise ApiError(
+            400,
+            "Send the file as multipart/form-data, in a field named `file`.",
+            code="invalid_request",
+            param="file",
+        )
+    form: Any
+    files: Any
+    try:
+        if request.method == "POST":
+            form, files = request.POST, request.FILES
+        else:  # Django parses multipart bodies of POST only; from the stream, as it does
+            # (request.body would hold the whole file in memory, within 2.5 MB)
+            form, files = MultiPartParser(
+                request.META,
+                request,  # type: ignore[arg-type]  # file-like: Django passes it so itself
+                request.upload_handlers,
+                request.encoding,
+            ).parse()
+    except (MultiPartParserError, ValueError) as exc:
+        raise ApiError(400, f"The form cannot be read: {exc}", code="invalid_request") from None
+    file = files.get("file")
+    if not isinstance(file, UploadedFile):
+        raise ApiError(400, "The form has no `file` field.", code="invalid_request", param="file")
+    title = str(form.get("title") or "")[:300]
+    return services.Upload(file.name or "upload", file.read()), title
+
+
+# max_body=None: an upload is bounded by _upload, by QASSIST_KNOWLEDGE_MAX_FILE_MB.
+@api_endpoint(methods=("GET", "POST"), max_body=None)
+async def documents(request: HttpRequest) -> HttpResponseBase:
+    principal = _principal(request)
+    if request.method == "GET":
+        return _json(await database_sync_to_async(_list)(principal.tenant))
+    upload, title = _upload(request)
+    try:
+        document = await database_sync_to_async(services.document_upload)(
+            tenant=principal.tenant, upload=upload, title=title, api_key=principal.api_key
+        )
+    except services.KnowledgeError as exc:
+        raise _refused(exc) from None
+    return _json(document_object(document), status=202)
+
+
+def _list(tenant: Any) -> DocumentList:
+    kb = services.knowledge_base(tenant=tenant)
+    rows = list(services.tenant_documents(tenant=tenant))
+    return DocumentList(
+        object="list",
+        data=[document_object(d) for d in rows],
+        storage=Storage(used_bytes=sum(d.size for d in rows), limit_bytes=kb.storage_limit_bytes),
+    )
+
+
+@api_endpoint(methods=("GET", "PUT", "DELETE"), max_body=None)
+async def document(request: HttpRequest, document_id: str) -> HttpResponseBase:
+    principal = _principal(request)
+    found = await database_sync_to_async(services.tenant_document_get)(
+        tenant=principal.tenant, document_id=document_id
+    )
+    if request.method == "GET":
+        return _json(document_object(found))
+    if request.method == "DELETE":
+        public_id = found.public_id  # the instance has no id once deleted
+        await database_sync_to_async(services.document_delete)(document=found)
+        return _json(
+            DocumentDeleted(id=public_id, object="knowledge.document.deleted", deleted=True)
+        )
+    upload, title = _upload(request)
+    try:
+        replaced = await database_sync_to_async(services.document_replace)(
+            document=found, upload=upload, title=title
+        )
+    except services.KnowledgeError as exc:
+        raise _refused(exc) from None
+    return _json(document_object(replaced), status=202)
+
+
+@api_endpoint(methods=("GET",))
+async def document_content(request: HttpRequest, document_id: str) -> HttpResponseBase:
+    principal = _principal(request)
+    found = await database_sync_to_async(services.tenant_document_get)(
+        tenant=principal.tenant, document_id=document_id
+    )
+    data = await database_sync_to_async(services.document_data)(document=found)
+    response = HttpResponse(data, content_type=services.content_type(found.kind))
+    response["Content-Disposition"] = services.content_disposition(found.filename)
+    return response

@@ -1,0 +1,241 @@
+"""What the chat and the REST API ask of company knowledge, in plain terms.
+
+- `turn_passages`: the passages a new question is given (retrieval, selection within the
+  token budget, numbering that continues the conversation's), or that the documents have
+  nothing on it — and, in "documents only" mode, that it is to be declined without the model.
+- `render_history`: the model's view of earlier user messages: each with the passages it
+  introduced (the same text every turn, so the conversation's computed KV stays valid).
+- `passages_save` and `sources_of`: what is stored with a question, and the sources shown
+  under its replies.
+
+Numbers are per conversation: [1]–[4] in the first question, [5] next; a passage retrieved
+again later keeps its number and is not repeated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from knowledge import citations, prompt, retrieval, services
+from knowledge.models import Chunk, KnowledgeBase, Passage
+from tenants.models import Tenant
+
+# Older questions' passages beyond this many tokens are left out of the history (their
+# numbers and titles stay): a long conversation still fits the model's window.
+HISTORY_PASSAGE_TOKENS = 1800
+SNIPPET_CHARS = 240
+
+NONE_FOUND = "none_found"
+DOCUMENTS = "documents"
+
+
+@dataclass(frozen=True)
+class PassageDraft:
+    number: int
+    chunk: Chunk  # with its document
+    introduced: bool
+    score: float
+
+
+@dataclass
+class TurnPassages:
+    passages: list[PassageDraft] = field(default_factory=list)  # by number
+    none_found: bool = False
+    decline: bool = False  # documents only, and they do not answer: no model
+
+    @property
+    def grounding(self) -> str:
+        return NONE_FOUND if self.none_found else DOCUMENTS
+
+    @property
+    def introduced(self) -> list[prompt.PassageText]:
+        return [
+            prompt.PassageText(p.number, p.chunk.document.title, p.chunk.where, p.chunk.text)
+            for p in self.passages
+            if p.introduced
+        ]
+
+
+def user_content(question: str, turn: TurnPassages) -> str:
+    """The new question as the model reads it, with the passages it introduces."""
+    return prompt.user_content(question, turn.introduced, none_found=turn.none_found)
+
+
+def declines(*, tenant: Tenant) -> bool:
+    """Questions the documents do not answer are declined (documents-only mode)."""
+    return services.mode(tenant=tenant) == KnowledgeBase.Mode.ONLY
+
+
+def decline_text(*, tenant: Tenant) -> str:
+    return (
+        f"I could not find this in {tenant}'s documents, so I cannot answer it. Try other "
+        "words, or ask the people who own the topic."
+    )
+
+
+def system_prompt(*, tenant: Tenant) -> str:
+    return prompt.system_prompt(tenant_prompt=tenant.system_prompt, tenant_name=str(tenant))
+
+
+def turn_passages(
+    *,
+    tenant: Tenant,
+    session_id: object,
+    question: str,
+    earlier_questions: Sequence[str] = (),
+    earlier_passages: Sequence[Passage] = (),
+    token_budget: int | None = None,
+) -> TurnPassages | None:
+    """The passages for a new question, or None when knowledge does not apply here."""
+    if not services.searchable(tenant=tenant, session_id=session_id):
+        return None
+    found = retrieval.retrieve(
+        tenant_id=tenant.pk, session_id=session_id, question=question, earlier=earlier_questions
+    )
+    if not found.answerable:
+        declined = services.mode(tenant=tenant) == KnowledgeBase.Mode.ONLY
+        return TurnPassages(none_found=True, decline=declined)
+    known = {p.chunk_id: p.number for p in earlier_passages if p.chunk_id is not None}
+    budget = int(settings.QASSIST_KNOWLEDGE_PASSAGE_TOKENS)
+    if token_budget is not None:
+        budget = max(0, min(budget, token_budget))
+    chosen = _select(found.found, known, budget, found.crossed)
+    if not chosen:
+        declined = services.mode(tenant=tenant) == KnowledgeBase.Mode.ONLY
+        return TurnPassages(none_found=True, decline=declined)
+    number = max((p.number for p in earlier_passages), default=0)
+    drafts = [
+        PassageDraft(known[f.chunk.pk], f.chunk, False, f.similarity)
+        for f in chosen
+        if f.chunk.pk in known
+    ]
+    # New passages in a canonical order (document, then position in it): two questions that
+    # retrieve the same passages lay them out alike, and share their computed prefix.
+    new = sorted(
+        (f for f in chosen if f.chunk.pk not in known),
+        key=lambda f: (f.chunk.document.created_at, str(f.chunk.document_id), f.chunk.ordinal),
+    )
+    for item in new:
+        number += 1
+        drafts.append(PassageDraft(number, item.chunk, True, item.similarity))
+    return TurnPassages(passages=sorted(drafts, key=lambda d: d.number))
+
+
+def _select(
+    found: Sequence[retrieval.Found],
+    known: dict[int, int],
+    budget: int,
+    crossed: retrieval.Found | None = None,
+) -> list[retrieval.Found]:
+    """The best passages within the limit and the token budget, the other script's best one
+    among them when it was offered."""
+    limit = int(settings.QASSIST_KNOWLEDGE_PASSAGES)
+    chosen: list[retrieval.Found] = []
+    used = 0
+    ranked = list(found)
+    if crossed is not None:
+        ranked = [f for f in ranked if f.chunk.pk != crossed.chunk.pk]
+        ranked.insert(min(limit - 1, len(ranked)), crossed)  # the last slot, if not better
+        position = next((i for i, f in enumerate(found) if f.chunk.pk == crossed.chunk.pk), None)
+        if position is not None and position < limit - 1:
+            ranked = list(found)  # it made the cut on its own
+    for item in ranked:
+        if len(chosen) >= limit:
+            break
+        cost = 0 if item.chunk.pk in known else item.chunk.tokens
+        if used + cost > budget:
+            continue
+        chosen.append(item)
+        used += cost
+    return chosen
+
+
+def passages_save(*, message_id: int, turn: TurnPassages) -> None:
+    Passage.objects.bulk_create(
+        Passage(
+            message_id=message_id,
+            number=p.number,
+            introduced=p.introduced,
+            chunk=p.chunk,
+            document_id=p.chunk.document_id,
+            title=p.chunk.document.title[:300],
+            where=p.chunk.where[:300],
+            score=p.score,
+        )
+        for p in turn.passages
+    )
+
+
+def branch_passages(message_ids: Iterable[int]) -> dict[int, list[Passage]]:
+    return services.passages_of(message_ids=message_ids)
+
+
+def render_history(
+    questions: Sequence[tuple[int, str, str]], passages: dict[int, list[Passage]]
+) -> dict[int, str]:
+    """The model's text of earlier user messages ((id, content, grounding), oldest first):
+    each with the passages it introduced, the oldest ones' text left out beyond
+    HISTORY_PASSAGE_TOKENS (a placeholder keeps their numbers and titles)."""
+    out: dict[int, str] = {}
+    budget = HISTORY_PASSAGE_TOKENS
+    for message_id, content, grounding in reversed(questions):
+        given = [p for p in passages.get(message_id, []) if p.introduced]
+        cost = sum(p.chunk.tokens for p in given if p.chunk is not None)
+        keep = cost <= budget
+        budget -= cost if keep else 0
+        texts = [
+            prompt.PassageText(
+                p.number,
+                p.title,
+                p.where,
+                (p.chunk.text if p.chunk is not None else None) if keep else prompt.OMITTED,
+            )
+            for p in given
+        ]
+        out[message_id] = prompt.user_content(content, texts, none_found=grounding == NONE_FOUND)
+    return out
+
+
+def sources_of(passages: Sequence[Passage], *, reply_text: str = "") -> list[dict[str, object]]:
+    """The sources shown under a reply: every passage its question had, in number order,
+    marked where the reply cites it."""
+    cited = prompt.cited_numbers(reply_text)
+    return [
+        {
+            "number": p.number,
+            "title": p.title,
+            "where": p.where,
+            "passage_id": p.chunk_id,
+            "document_id": f"doc-{p.document_id.hex}" if p.document_id else None,
+            "snippet": snippet(p.chunk.text) if p.chunk is not None else None,
+            "cited": p.number in cited,
+        }
+        for p in sorted(passages, key=lambda p: p.number)
+    ]
+
+
+def snippet(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= SNIPPET_CHARS else line[: SNIPPET_CHARS - 1].rstrip() + "…"
+
+
+def mark_cited(sources: Sequence[dict[str, object]], reply_text: str) -> list[dict[str, object]]:
+    """The sources with `cited` set from the reply's text."""
+    cited = prompt.cited_numbers(reply_text)
+    return [{**source, "cited": source["number"] in cited} for source in sources]
+
+
+def reply_citation(*, question_message_id: int, reply_text: str) -> str:
+    """What to append to a reply to cite the passages it rests on (" [2]"), or "" (it cites
+    passages itself, or rests on none of those its question was given): knowledge.citations."""
+    given = Passage.objects.filter(message_id=question_message_id).select_related(
+        "chunk", "message"
+    )
+    texts = {p.number: p.chunk.text for p in given if p.chunk is not None}
+    if not texts:
+        return ""
+    question = given[0].message.content
+    return citations.citation_suffix(reply_text, question, texts)

@@ -1,0 +1,53 @@
+"""A reply from company knowledge cites the passages its words come from, in the chat: the
+citation streams as the reply's last text, is stored with it, and marks the source cited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from tenants.models import Tenant
+from tests.chat.test_consumer import ask, connected_as, joined, of, stored
+from tests.fakes import FakeRunner
+from tests.knowledge.conftest import Upload
+from tests.knowledge.test_turns import POLICY
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_a_chat_reply_resting_on_a_passage_streams_its_citation_last(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    use_engine(FakeRunner(max_seq_tokens=4096, reply_for=lambda prompt: "At most EUR 180 a night."))
+    await sync(upload)(tenant, "travel-policy.md", POLICY)
+    socket = await connected_as(member)
+    frames = await ask(socket, "What is the hotel cap in a Class A city?")
+    deltas = of(frames, "delta")
+    assert deltas[-1]["text"] == " [1]"
+    assert joined(frames) == "At most EUR 180 a night. [1]"
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["content"] == "At most EUR 180 a night. [1]"
+    assert done["sources"][0]["cited"] is True
+    assert (await stored(done["id"])).content == "At most EUR 180 a night. [1]"
+    await socket.disconnect()
+
+
+async def test_a_reply_the_passages_do_not_support_is_not_cited(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    use_engine(FakeRunner(max_seq_tokens=4096, reply_for=lambda prompt: "Ask your manager."))
+    await sync(upload)(tenant, "travel-policy.md", POLICY)
+    socket = await connected_as(member)
+    frames = await ask(socket, "What is the hotel cap in a Class A city?")
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["content"] == "Ask your manager."
+    assert not any(s["cited"] for s in done["sources"])
+    await socket.disconnect()
+
+
+def sync(function: Any) -> Any:
+    from channels.db import database_sync_to_async
+
+    return database_sync_to_async(function)
