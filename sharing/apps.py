@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SharingConfig(AppConfig):
+    name = "sharing"
+    verbose_name = "Sharing"

@@ -1,0 +1,140 @@
+"""Business rules for exporting a conversation and sharing a snapshot of it with colleagues.
+
+A share is the owner's choice to show a conversation to the other members of its tenant: a
+read-only snapshot of the branch shown at that moment (later turns, edits and versions do not
+reach it), opened by link by an active member of the same tenant — anyone else, another
+tenant's member included, gets a 404 like a link that never existed. Its owner revokes it at
+any time; deleting the conversation deletes its shares. The admin never shows snapshots
+(docs/privacy.md).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.http import Http404
+from django.utils import timezone
+
+from chat import services as chat
+from chat.models import ChatSession, Message
+from sharing.models import SharedConversation
+from tenants.models import Tenant
+from tenants.services import membership_for
+
+MAX_SHARES_PER_CONVERSATION = 20
+
+
+def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
+    """The branch shown, as the snapshot keeps it: finished messages only, each reply with the
+    names of its sources (not their passages: a colleague may not open a file attached here)."""
+    kept = []
+    for m in chat.branch_data(session=session):
+        if m["status"] == Message.Status.STREAMING or (
+            m["role"] == Message.Role.ASSISTANT and not m["content"]
+        ):
+            continue
+        kept.append(
+            {
+                "role": m["role"],
+                "content": m["content"],
+                "created_at": m["created_at"],
+                "sources": [
+                    {
+                        "number": s["number"],
+                        "title": s["title"],
+                        "where": s["where"],
+                        "cited": s["cited"],
+                    }
+                    for s in m.get("sources") or []
+                ],
+            }
+        )
+    return kept
+
+
+@transaction.atomic
+def share_create(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> SharedConversation:
+    """A new snapshot link of the user's own live conversation, as it is now."""
+    session = chat.session_get(user=user, session_id=session_id, tenant=tenant)
+    messages = _snapshot(session)
+    if not messages:
+        raise chat.ChatError("nothing_to_share", "There is nothing in this conversation yet.")
+    live = SharedConversation.objects.filter(session=session, revoked_at__isnull=True)
+    if live.count() >= MAX_SHARES_PER_CONVERSATION:
+        raise chat.ChatError(
+            "too_many_shares",
+            f"This conversation has {MAX_SHARES_PER_CONVERSATION} links already: revoke one.",
+        )
+    return SharedConversation.objects.create(
+        tenant=session.tenant,
+        session=session,
+        shared_by=user,
+        title=session.title,
+        messages=messages,
+    )
+
+
+def shares_of(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> list[SharedConversation]:
+    """The links of the user's own conversation that still open, newest first."""
+    session = chat.session_get(user=user, session_id=session_id, tenant=tenant)
+    return list(SharedConversation.objects.filter(session=session, revoked_at__isnull=True))
+
+
+def share_revoke(*, user: User, share_id: uuid.UUID) -> SharedConversation:
+    """Close a link the user made; from now on it is a 404 for everyone."""
+    share = SharedConversation.objects.filter(id=share_id, shared_by=user).first()
+    if share is None:
+        raise Http404("No such link.")
+    if share.revoked_at is None:
+        share.revoked_at = timezone.now()
+        share.save(update_fields=["revoked_at"])
+    return share
+
+
+def share_for_viewer(*, user: User, share_id: uuid.UUID) -> SharedConversation:
+    """A snapshot the user may read: not revoked, of a tenant they are an active member of
+    (an active tenant). Anything else is a 404, never a 403."""
+    share = (
+        SharedConversation.objects.select_related("tenant", "shared_by")
+        .filter(id=share_id, revoked_at__isnull=True, tenant__active=True)
+        .first()
+    )
+    if share is None or membership_for(user=user, tenant_slug=share.tenant.slug) is None:
+        raise Http404("No such conversation.")
+    return share
+
+
+# --- Markdown export --------------------------------------------------------------------------
+
+
+def conversation_markdown(*, session: ChatSession) -> str:
+    """The branch shown as a Markdown file: the title, when and where it was exported, then
+    each message under its speaker, each reply followed by its sources."""
+    lines = [
+        f"# {session.title or 'New chat'}",
+        "",
+        f"Exported from qassist ({session.tenant.name}) on "
+        f"{timezone.localtime():%Y-%m-%d %H:%M %Z}.",
+        "",
+    ]
+    for m in _snapshot(session):
+        speaker = "You" if m["role"] == Message.Role.USER else "qassist"
+        lines += [f"## {speaker}", "", m["content"].strip(), ""]
+        if m["sources"]:
+            lines.append("Sources:")
+            lines += [
+                f"- [{s['number']}] {s['title']}" + (f", {s['where']}" if s["where"] else "")
+                for s in m["sources"]
+            ]
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def export_filename(session: ChatSession) -> str:
+    """The title as a file name: characters no file system takes become "_"."""
+    name = re.sub(r'[\\/:*?"<>|\x00-\x1f]+', "_", session.title or "").strip(" .")
+    return (name or "conversation")[:80] + ".md"

@@ -1,0 +1,12 @@
+/* A shared snapshot's page (templates/sharing/shared.html): each reply's Markdown, kept as
+ * text by the server, rendered by the same sanitising renderer as the chat's; the theme
+ * toggle. */
+
+import { wireTheme } from "./modules/theme.js";
+
+const md = window.QassistMarkdown;
+for (const el of document.querySelectorAll(".md-source")) {
+  md.render(el, el.textContent, true);
+  el.classList.remove("md-source");
+}
+wireTheme();
