@@ -10,14 +10,15 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from inference.output import TextStream
 from inference.scheduler import DropSaved, SaveKv, Scheduler, SchedulerOutput
-from inference.speed import SpeedGovernor
+from inference.speed import Slot, SpeedGovernor, fill, worth_retelling
 from inference.stats import EngineStats
 from inference.types import (
     ChatMessage,
+    Constraint,
     Delta,
     Done,
     EngineError,
@@ -31,6 +32,7 @@ from inference.types import (
     Request,
     RestoreFailed,
     SamplingParams,
+    TokenLogprobs,
     TrustMap,
     failed,
     parts_from,
@@ -43,6 +45,7 @@ logger = logging.getLogger(__name__)
 # The worker's work between two steps counted as part of the streams' wait, at most this long
 # (longer is a stall: a garbage collection, a slow Redis, not the cost of a step).
 MAX_LOOP_GAP = 0.1
+TYPICAL_WEIGHT = 0.1  # share of the latest finished reply in the typical reply length
 
 
 class Runner(Protocol):
@@ -52,6 +55,10 @@ class Runner(Protocol):
     kv_unified: bool  # one pool of cells for all sequences, or a stream per sequence
     last_decode_seconds: float
     kv_bytes_per_token: int  # host memory one token's KV takes when saved
+    # After `execute`: the sampled tokens' logprobs, for the requests that asked for them.
+    last_logprobs: dict[str, TokenLogprobs]
+    grammar_tokens: int  # tokens sampled under a grammar
+    grammar_resamples: int  # of those, the ones a grammar rejected and that were sampled again
 
     @property
     def saved_bytes(self) -> int: ...  # host memory held by saved sequences now
@@ -67,6 +74,7 @@ class Runner(Protocol):
     ) -> list[int]: ...
     def token_bytes(self, token: int) -> bytes: ...
     def is_eog(self, token: int) -> bool: ...
+    def check_constraint(self, constraint: Constraint) -> None: ...  # ValueError: unusable
     def execute(self, out: SchedulerOutput) -> dict[str, int]: ...
     def release(self, request: Request) -> None: ...
     def close(self) -> None: ...
@@ -94,6 +102,8 @@ class Engine:
         aging: float = 30.0,
         max_wait: float | None = None,
         min_stream_speed: float = 0.0,
+        hard_min_stream_speed: float = 0.0,
+        ttft_target: float = 0.0,
         initial_running: int = 16,
         host_cache_bytes: int = 0,
         host_disk_bytes: int = 0,
@@ -124,13 +134,26 @@ class Engine:
         # more than 16 run, never fewer (on a slow or shared machine, fewer would only make
         # people wait in the queue).
         base = min(initial_running, ceiling)
+        # The floor yields down to the hard minimum once someone waited past the TTFT target.
         self.governor = SpeedGovernor(
-            floor=min_stream_speed, maximum=ceiling, initial=base, minimum=base
+            floor=min_stream_speed,
+            maximum=ceiling,
+            initial=base,
+            minimum=base,
+            ttft_target=ttft_target,
+            hard_floor=hard_min_stream_speed,
         )
         self.scheduler.max_running = self.governor.limit()
         self.stats = EngineStats()
         self._streams: dict[str, TextStream] = {}
-        self._told_position: dict[str, int] = {}
+        # Logprobs of tokens whose text is not out yet (held back by a stop string's prefix).
+        self._logprobs: dict[str, list[dict[str, Any]]] = {}
+        self._told: dict[str, tuple[int, float | None]] = {}  # position, estimate told
+        # Since when (engine clock) the oldest reply in a queue before this engine has waited:
+        # the shared Redis queue, told by the worker (`note_waiting_elsewhere`).
+        self._elsewhere_since: float | None = None
+        # Completion tokens of a typical reply (exponentially weighted), for estimated waits.
+        self._typical_tokens: float | None = None
         self._kept: dict[int, KeptText] = {}  # seq id -> what its KV holds, as text
         self._kept_saved: dict[int, KeptText] = {}  # host entry -> what it holds, as text
         self._last_step_end = 0.0
@@ -204,6 +227,13 @@ class Engine:
         params.check()
         if not messages:
             raise EngineError(ErrorCode.INVALID_REQUEST, "messages must not be empty")
+        if params.constraint is not None:
+            try:
+                self.runner.check_constraint(params.constraint)
+            except ValueError as exc:
+                raise EngineError(
+                    ErrorCode.INVALID_REQUEST, f"the reply's constraint cannot be used: {exc}"
+                ) from exc
         try:
             parts = self.runner.render_prompt(messages)
         except Exception as exc:  # a template that rejects the conversation's shape
@@ -297,6 +327,8 @@ class Engine:
         if request is None:
             return []
         self.scheduler.finish(request, FinishReason.CANCELLED)
+        if not self.has_work:
+            self._set_limit()
         return [self._done(request), *self._queue_events()]
 
     def fail_all(self, code: ErrorCode, message: str) -> list[Event]:
@@ -344,7 +376,14 @@ class Engine:
     def status(self) -> dict[str, object]:
         """Live numbers for the heartbeat, `/metrics` and the admin status page."""
         host = self.scheduler.host
-        speed = self.governor.stream_speed(max(1, self.num_running))
+        governor = self.governor
+        speed = governor.stream_speed(max(1, self.num_running))
+        now = time.monotonic()
+        oldest = self.oldest_wait(now)
+        slots = self.queue_slots(now)
+        # What the shared queue may count on, after this engine's own waiting requests: the web
+        # process estimates a queued client's wait from it (`inference.transport`).
+        behind = fill(slots, self.num_waiting)[1] if slots is not None else None
         return {
             "running": self.num_running,
             "waiting": self.num_waiting,
@@ -353,6 +392,12 @@ class Engine:
                 1 for s in self.scheduler.slots if s.request is not None or s.tokens
             ),
             "running_limit": self.scheduler.max_running,
+            "floor_limit": governor.limit(),
+            "floor_yielding": int(governor.yielding),
+            "floor_yields": governor.yields,
+            "floor_yielded_seconds": round(governor.yielded_seconds(now), 1),
+            "oldest_wait_seconds": round(oldest, 2) if oldest is not None else None,
+            "queue_slots": [list(slot) for slot in behind] if behind is not None else None,
             "predicted_stream_speed": round(speed, 2) if speed is not None else None,
             "host_cache_entries": len(host) if host is not None else 0,
             "host_cache_tokens": host.used_tokens if host is not None else 0,
@@ -364,6 +409,8 @@ class Engine:
             "host_cache_disk_tokens": host.disk_used_tokens if host is not None else 0,
             "host_cache_disk_bytes": self.runner.disk_bytes,
             "kv_compactions": self.scheduler.compactions,
+            "grammar_tokens": self.runner.grammar_tokens,
+            "grammar_resamples": self.runner.grammar_resamples,
             **self.stats.snapshot(),
         }
 
@@ -376,12 +423,12 @@ class Engine:
     def step(self) -> list[Event]:
         started = time.perf_counter()
         events = self.expire_waiting()
-        self.scheduler.max_running = self.governor.limit()
+        self._set_limit()
         # Streams that decode this step (a request still computing its prompt is not one: a
         # long prompt left alone gets whole steps).
         decoding = sum(1 for r in self.scheduler.running if r.prefill_done)
         self.scheduler.prompt_budget = self.governor.prompt_allowance(
-            decoding, self.scheduler.max_batch_tokens
+            decoding, self.scheduler.max_batch_tokens, overdue=self._prompt_overdue()
         )
         self.scheduler.background_prompt_budget = self.governor.background_allowance(
             decoding, self.scheduler.max_batch_tokens
@@ -431,7 +478,17 @@ class Engine:
         self.stats.decode_seconds += decode_seconds
         self.stats.step_seconds += time.perf_counter() - started
         self.stats.batch_tokens.observe(out.num_tokens)
+        if not self.has_work:
+            self._set_limit()  # an idle engine takes no step: a yield ends now, not later
         return events
+
+    def _set_limit(self) -> None:
+        """How many requests may run: the speed floor's limit, or the hard minimum's while the
+        floor yields to someone who waited past the first-token target."""
+        now = time.monotonic()
+        self.scheduler.max_running = self.governor.running_limit(
+            oldest_wait=self.oldest_wait(now), running=self.num_running, now=now
+        )
 
     def _stream_seconds(self, started: float, decode_seconds: float) -> float:
         """How long this step kept its streams waiting for their next token: `llama_decode`
@@ -510,12 +567,34 @@ class Engine:
                 text += stream.finish()
                 reason = FinishReason.LENGTH
         events: list[Event] = []
+        if request.params.logprobs is not None:
+            self._note_logprobs(request, token)
         if text:
-            events.append(Delta(request.request_id, text))
+            logprobs = self._logprobs.pop(request.request_id, None)
+            events.append(Delta(request.request_id, text, logprobs))
         if reason is not None:
             self.scheduler.finish(request, reason)
             events.append(self._done(request))
         return events
+
+    def _note_logprobs(self, request: Request, token: int) -> None:
+        """Keep the sampled token's logprobs (in OpenAI's shape) for the next delta's text. The
+        end token is not part of the reply, so it has none."""
+        found = self.runner.last_logprobs.get(request.request_id)
+        if found is None or self.runner.is_eog(token):
+            return
+        assert request.params.logprobs is not None
+        top = [self._logprob_entry(t, lp) for t, lp in found.top[: request.params.logprobs]]
+        entry = {**self._logprob_entry(token, found.logprob), "top_logprobs": top}
+        self._logprobs.setdefault(request.request_id, []).append(entry)
+
+    def _logprob_entry(self, token: int, logprob: float) -> dict[str, Any]:
+        piece = self.runner.token_bytes(token)
+        return {
+            "token": piece.decode("utf-8", errors="replace"),
+            "bytes": list(piece),
+            "logprob": logprob,
+        }
 
     def _pool_lost(self, out: SchedulerOutput, message: str) -> list[Event]:
         """Every sequence lost its KV: every running request ends with an error (those of the
@@ -558,6 +637,11 @@ class Engine:
             completion -= 1
         reason = request.finish_reason or FinishReason.ERROR
         self.stats.finished[reason.value] = self.stats.finished.get(reason.value, 0) + 1
+        if not request.background and reason in (FinishReason.STOP, FinishReason.LENGTH):
+            old = self._typical_tokens
+            self._typical_tokens = (
+                completion if old is None else old + TYPICAL_WEIGHT * (completion - old)
+            )
         end = request.finished_at or time.monotonic()
         ttft = request.first_token_at
         return Done(
@@ -572,14 +656,103 @@ class Engine:
 
     def _forget(self, request: Request) -> None:
         self._streams.pop(request.request_id, None)
-        self._told_position.pop(request.request_id, None)
+        self._logprobs.pop(request.request_id, None)
+        self._told.pop(request.request_id, None)
         self.runner.release(request)
 
     def _queue_events(self) -> list[Event]:
-        """Tell each waiting request its place in the queue when it changes."""
+        """Tell each waiting request its place in the queue and its estimated wait, when the
+        place changes or the estimate moved (`worth_retelling`)."""
         events: list[Event] = []
-        for position, request in enumerate(self.scheduler.waiting, start=1):
-            if self._told_position.get(request.request_id) != position:
-                self._told_position[request.request_id] = position
-                events.append(Queued(request.request_id, position))
+        waiting = list(self.scheduler.waiting)
+        if not waiting:
+            return events
+        slots = self.queue_slots(time.monotonic())
+        starts = fill(slots, len(waiting))[0] if slots is not None else []
+        for position, request in enumerate(waiting, start=1):
+            estimate = round(starts[position - 1], 1) if starts else None
+            told = self._told.get(request.request_id)
+            if told is None or told[0] != position or worth_retelling(told[1], estimate):
+                self._told[request.request_id] = (position, estimate)
+                events.append(Queued(request.request_id, position, estimate))
         return events
+
+    # --- the floor's yield and estimated waits ------------------------------------------------
+
+    def note_waiting_elsewhere(self, since: float | None) -> None:
+        """The worker tells since when (on this engine's clock, `time.monotonic()`) the oldest
+        reply in the queue before this engine (the shared Redis queue) has waited, or None when
+        none waits there: the floor yields for it as for a request in this engine's queue."""
+        self._elsewhere_since = since
+
+    def _prompt_overdue(self) -> bool:
+        """Whether a reply whose prompt is still being computed has waited past the
+        first-token target since it was asked."""
+        target = self.governor.ttft_target
+        if target <= 0:
+            return False
+        now = time.monotonic()
+        return any(
+            not r.prefill_done and not r.background and now - r.since >= target
+            for r in self.scheduler.running
+        )
+
+    def oldest_wait(self, now: float) -> float | None:
+        """Seconds the longest-waiting reply has waited since it was asked (first turns and
+        follow-ups alike; background work does not count), here or in the shared queue."""
+        sinces = [self.scheduler.waiting.oldest_since(), self._elsewhere_since]
+        known = [s for s in sinces if s is not None]
+        return max(0.0, now - min(known)) if known else None
+
+    def typical_reply_tokens(self) -> float:
+        """A reply's typical length: the finished replies' completion tokens, exponentially
+        weighted; before any finished, the running and waiting replies' mean max_tokens."""
+        if self._typical_tokens is not None:
+            return self._typical_tokens
+        limits = [
+            r.params.max_tokens
+            for r in [*self.scheduler.running, *self.scheduler.waiting]
+            if not r.background
+        ]
+        return sum(limits) / len(limits) if limits else 0.0
+
+    def queue_slots(self, now: float) -> list[Slot] | None:
+        """The sequences the queue may use, as (seconds until one is free for the next waiting
+        request, seconds a typical reply then holds it); None until the step model is known.
+
+        A running reply ends after the typical reply length minus what it has generated, at
+        least a quarter of the typical length, at most what its max_tokens leaves; tokens come
+        at one step each, the step predicted for the limit's streams (with a queue, the limit
+        is what runs). A sequence free below the limit is free now; above the floor's limit,
+        while the floor may yield, it frees when the oldest waiting reply passes the target.
+        The prompt's own computation is left out: a first token follows within a step or two."""
+        governor = self.governor
+        limit = self.scheduler.max_running
+        effective = limit
+        yield_in = 0.0
+        if not governor.yielding and governor.may_yield:
+            effective = governor.yielded_limit()
+            oldest = self.oldest_wait(now)
+            yield_in = max(0.0, governor.ttft_target - (oldest or 0.0))
+        step = governor.step_seconds(effective)
+        if step is None:
+            return None
+        typical = self.typical_reply_tokens()
+        ends = []
+        for r in self.scheduler.running:
+            done = len(r.output_tokens)
+            expected = max(typical - done, typical / 4)
+            ends.append(max(1.0, min(r.params.max_tokens - done, expected)) * step)
+        ends.sort()
+        # Streams above the limit free no sequence when they end (the first of them to end);
+        # once the floor yields, the limit is `effective`.
+        over = max(0, len(ends) - limit)
+        if effective > limit:
+            slots = sorted([max(t, yield_in) for t in ends[:over]] + ends[over:])
+            slots = slots[max(0, len(slots) - effective) :]
+        else:
+            slots = ends[over:]
+        slots += [0.0] * max(0, limit - len(ends))
+        slots += [yield_in] * max(0, effective - len(slots))
+        hold = max(1.0, typical) * step
+        return [(round(t, 3), round(hold, 3)) for t in slots]

@@ -68,6 +68,11 @@ class LocalTransport:
                 taken.append(self._pending.pop(request_id))
             return taken
 
+    def oldest_waiting(self) -> float | None:
+        with self._cond:
+            asked = [s.submitted_at for s in self._pending.values() if not s.background]
+            return min(asked) if asked else None
+
     def cancellations(self) -> Sequence[str]:
         with self._cond:
             ids, self._cancels = self._cancels, []

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 import redis
@@ -97,6 +97,15 @@ def refusal_counts() -> dict[tuple[str, str], int]:
         return {}
 
 
+def refusal_counts_for(tenants: Collection[str] | None) -> dict[tuple[str, str], int]:
+    """The refusal counts of these tenant slugs only (None: all). Refusals without a tenant
+    (an unknown API key) name nobody and are everyone's to see."""
+    counts = refusal_counts()
+    if tenants is None:
+        return counts
+    return {(r, t): n for (r, t), n in counts.items() if not t or t in tenants}
+
+
 # --- the scrape --------------------------------------------------------------------------------
 
 _GAUGES = (
@@ -105,6 +114,9 @@ _GAUGES = (
     ("sequences", "sequences", "Sequences of the llama.cpp context."),
     ("sequences_in_use", "sequences_in_use", "Sequences running a request or keeping KV."),
     ("running_limit", "running_limit", "Requests the speed floor lets run together now."),
+    ("floor_limit", "floor_limit", "Requests that keep the speed floor itself (before a yield)."),
+    ("floor_yielding", "floor_yielding", "1 while the speed floor yields to a waiting request."),
+    ("oldest_wait_seconds", "oldest_wait_seconds", "The longest wait of a reply not started."),
     ("host_cache_bytes", "host_cache_bytes", "Host memory held by saved sequences."),
     ("host_cache_entries", "host_cache_entries", "Conversations saved in memory or on disk."),
     ("host_cache_disk_bytes", "host_cache_disk_bytes", "Disk held by saved sequences."),
@@ -118,9 +130,13 @@ _COUNTERS = (
     ("tokens_restored", "restored_tokens", "Prompt tokens restored from memory or disk."),
     ("restore_failures", "restore_failures", "Saved KV not restorable, recomputed instead."),
     ("kv_compactions", "kv_compactions", "Times the KV pool was packed to close freed holes."),
+    ("grammar_tokens", "grammar_tokens", "Tokens sampled under a grammar (JSON, forced calls)."),
+    ("grammar_resamples", "grammar_resamples", "Of those, sampled again after the grammar's no."),
     ("follow_up_turns", "follow_ups", "Requests continuing a conversation."),
     ("follow_up_turns_warm", "follow_ups_warm", "Follow-up turns that found their history."),
     ("decode_seconds", "decode_seconds", "Seconds spent in llama_decode."),
+    ("floor_yields", "floor_yields", "Times the speed floor yielded to a waiting request."),
+    ("floor_yielded_seconds", "floor_yielded_seconds", "Seconds the speed floor was yielded."),
 )
 _HISTOGRAMS = (
     ("time_to_first_token_seconds", "ttft_seconds", "From the request to its first token."),
@@ -205,16 +221,19 @@ class _Snapshot:
         return iter(self.metrics)
 
 
-def render(health: dict[str, Any]) -> bytes:
-    """The Prometheus text exposition for an engine client's `health()` report."""
-    workers = [w for w in health.get("workers") or [] if isinstance(w, dict)]
+def render(health: dict[str, Any], *, tenants: Collection[str] | None = None) -> bytes:
+    """The Prometheus text exposition for an engine client's `health()` report. `tenants`:
+    the only tenant slugs whose series may be shown (None: every tenant's)."""
+    # Copies: the report may be the engine's own heartbeat snapshot, shared by every scrape.
+    workers = [dict(w) for w in health.get("workers") or [] if isinstance(w, dict)]
     for i, w in enumerate(workers):
         w.setdefault("id", "embedded" if health.get("mode") == "embedded" else str(i))
+        if tenants is not None and isinstance(w.get("tenants"), dict):
+            w["tenants"] = {k: v for k, v in w["tenants"].items() if k in tenants}
     queued = health.get("queued")
+    refusals = refusal_counts_for(tenants)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
-        _Snapshot(
-            list(families(workers, refusal_counts(), queued if isinstance(queued, int) else None))
-        )
+        _Snapshot(list(families(workers, refusals, queued if isinstance(queued, int) else None)))
     )
     return generate_latest(registry)

@@ -6,16 +6,20 @@ same surface (see `inference.engine.Runner`).
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import logging
+import math
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import numpy as np
+from llama_cpp import llama_grammar
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from inference.kvdisk import DiskKvStore
@@ -34,10 +38,12 @@ from inference.scheduler import (
 from inference.types import (
     NO_ENTRY,
     ChatMessage,
+    Constraint,
     KvPoolLost,
     PromptPart,
     Request,
     RestoreFailed,
+    TokenLogprobs,
     prompt_text,
 )
 
@@ -59,6 +65,12 @@ _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
 _MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 
 REPEAT_LAST_N = 64  # generated tokens the repetition penalty looks back on
+
+SHORTLIST = 64  # a grammar-rejected token is sampled again among this many likeliest first
+
+# llama_token_data as numpy lays it out: a whole vocabulary of candidates filled by slices.
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+assert _TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
 
 
 class RunnerError(RuntimeError):
@@ -83,6 +95,63 @@ def install_log_callback() -> None:
 
 def system_info() -> str:
     return str(llama_cpp.llama_print_system_info().decode("utf-8", errors="replace"))
+
+
+# --- structured output: JSON Schemas as llama.cpp grammars ---------------------------------------
+
+MAX_REPEATS = 8  # parallel tool calls in one reply
+
+# The converter llama-cpp-python ships (a port of llama.cpp's json-schema-to-grammar), untyped.
+_SchemaConverter: Any = llama_grammar.SchemaConverter
+# A character of a JSON string as llama.cpp's own converter has it since: the port's rule lets
+# raw control characters (a newline) into strings, which JSON parsers refuse.
+JSON_CHAR = (
+    r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] '
+    r"[0-9a-fA-F])"
+)
+
+
+def constraint_grammar(
+    schema: dict[str, Any] | None, *, prefix: str = "", suffix: str = "", repeat: bool = False
+) -> str:
+    """GBNF for `prefix`, then a JSON value following `schema` (already checked by
+    `inference.constraints.check_schema`; None: any JSON object), then `suffix`; with `repeat`,
+    one to `MAX_REPEATS` of those joined by newlines (a bound, so that a model repeating itself
+    still ends). Whitespace between JSON tokens is at most one
+    space (the converter's rule), so a small model cannot run away in indentation."""
+    converter = _SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    resolved = converter.resolve_refs(copy.deepcopy(schema or {"type": "object"}), "schema")
+    body = str(converter.visit(resolved, "json"))
+    block = " ".join(p for p in (_gbnf_literal(prefix), body, _gbnf_literal(suffix)) if p)
+    more = f' ("\\n" {block}){{0,{MAX_REPEATS - 1}}}' if repeat else ""
+    converter._add_rule("root", block + more)
+    if "char" in converter._rules:
+        converter._rules["char"] = JSON_CHAR
+    return str(converter.format_grammar())
+
+
+def _ref(cur: Any) -> Any:
+    """A pointer to candidates for llama_sampler_apply (the bindings type it as an array)."""
+    return ctypes.byref(cur)
+
+
+def _gbnf_literal(text: str) -> str:
+    if not text:
+        return ""
+    for char, escape in (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r")):
+        text = text.replace(char, escape)
+    return f'"{text}"'
+
+
+@dataclass
+class _Constrained:
+    """A constrained request's samplers: its grammar and (unless greedy) its sampling chain,
+    freed together when it ends. The grammar text is kept with them: llama.cpp copies it, but
+    nothing handed to it is left for Python to collect while it may still be read."""
+
+    grammar: Any
+    chain: Any
+    text: bytes
 
 
 class LlamaTokenizer:
@@ -281,6 +350,16 @@ class LlamaRunner:
         self._disk = disk_store  # saved sequences spilled beyond host memory, or None
 
         self._samplers: dict[str, Any] = {}
+        self._constrained: dict[str, _Constrained] = {}
+        # Candidates for sampling under a grammar: a whole vocabulary, refilled each time (the
+        # samplers sort it in place), and one candidate to check a single token.
+        self._ids = np.arange(self.n_vocab, dtype=np.int32)
+        self._candidates = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
+        self._short = np.zeros(min(SHORTLIST, self.n_vocab), dtype=_TOKEN_DATA)
+        self._one = np.zeros(1, dtype=_TOKEN_DATA)
+        self.grammar_tokens = 0  # tokens sampled under a grammar
+        self.grammar_resamples = 0  # of those, rejected at first and sampled again under it
+        self.last_logprobs: dict[str, TokenLogprobs] = {}
         self.last_decode_seconds = 0.0
 
     # --- the model's text side, for the engine --------------------------------------------------
@@ -298,6 +377,17 @@ class LlamaRunner:
 
     def is_eog(self, token: int) -> bool:
         return self.tokenizer.is_eog(token)
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        """ValueError when llama.cpp cannot parse the constraint's grammar."""
+        sampler = self._grammar_sampler(constraint.grammar.encode("utf-8"))
+        llama_cpp.llama_sampler_free(sampler)
+
+    def _grammar_sampler(self, grammar: bytes) -> Any:
+        sampler = llama_cpp.llama_sampler_init_grammar(self.tokenizer.vocab, grammar, b"root")
+        if not sampler:
+            raise ValueError("llama.cpp could not parse the grammar")
+        return sampler
 
     # --- batch memory, owned by numpy so a step fills it with slices, not per-token ctypes ---
 
@@ -387,6 +477,7 @@ class LlamaRunner:
         self.last_decode_seconds = time.perf_counter() - started
         if status != 0:
             raise RunnerError(f"llama_decode failed with status {status}")
+        self.last_logprobs = {}
         return {req.request_id: self._sample(req, idx) for req, idx in samples}
 
     def _kv_op(self, op: KvOp, lost: set[int]) -> bool:
@@ -500,14 +591,138 @@ class LlamaRunner:
         return True
 
     def _sample(self, req: Request, idx: int) -> int:
-        if req.params.greedy:
-            ptr = llama_cpp.llama_get_logits_ith(self.ctx, idx)
-            logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
-            return int(logits.argmax())
-        sampler = self._samplers.get(req.request_id)
-        if sampler is None:
-            sampler = self._samplers[req.request_id] = self._make_sampler(req)
-        return int(llama_cpp.llama_sampler_sample(sampler, self.ctx, idx))
+        if req.params.constraint is not None:
+            token = self._sample_constrained(req, idx)
+        elif req.params.greedy:
+            token = int(self._row_logits(idx).argmax())
+        else:
+            sampler = self._samplers.get(req.request_id)
+            if sampler is None:
+                sampler = self._samplers[req.request_id] = self._make_sampler(req)
+            token = int(llama_cpp.llama_sampler_sample(sampler, self.ctx, idx))
+        if req.params.logprobs is not None:
+            self.last_logprobs[req.request_id] = self._logprobs(idx, token, req.params.logprobs)
+        return token
+
+    def _row_logits(self, idx: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, idx)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def _logprobs(self, idx: int, token: int, top: int) -> TokenLogprobs:
+        """The token's log-probability under the model's own distribution (before temperature,
+        penalties or a grammar), and the `top` most likely tokens with theirs."""
+        logits = self._row_logits(idx)
+        peak = float(logits.max())
+        total = peak + math.log(float(np.exp(logits.astype(np.float64) - peak).sum()))
+        best: tuple[tuple[int, float], ...] = ()
+        if top > 0:
+            ids = np.argpartition(logits, -top)[-top:]
+            ids = ids[np.argsort(-logits[ids], kind="stable")]
+            best = tuple((int(i), float(logits[i]) - total) for i in ids)
+        return TokenLogprobs(float(logits[token]) - total, best)
+
+    def _sample_constrained(self, req: Request, idx: int) -> int:
+        """A token the request's grammar allows. As llama.cpp's own common sampler does, the
+        token is first sampled freely and only checked against the grammar (one candidate);
+        only when the grammar rejects it is it sampled again from what the grammar allows
+        (`_resample`: the 64 likeliest tokens first, the whole vocabulary — milliseconds on
+        150,000 tokens — only when none of them is allowed)."""
+        state = self._constrained.get(req.request_id)
+        if state is None:
+            assert req.params.constraint is not None
+            text = req.params.constraint.grammar.encode("utf-8")
+            chain = None if req.params.greedy else self._make_sampler(req)
+            state = _Constrained(self._grammar_sampler(text), chain, text)
+            self._constrained[req.request_id] = state
+        logits = self._row_logits(idx)
+        token = int(logits.argmax()) if state.chain is None else self._apply(state.chain, logits)
+        self.grammar_tokens += 1
+        if not self._allows(state.grammar, token):
+            self.grammar_resamples += 1
+            resampled = self._resample(state, logits, shortlist=self._shortlist_ok(req))
+            if resampled is None:
+                # Nothing can follow (a grammar with a dead end): end the reply here rather
+                # than hand llama.cpp a token its grammar would abort on.
+                logger.warning("request %s: its grammar allows no token", req.request_id)
+                return int(llama_cpp.llama_vocab_eos(self.tokenizer.vocab))
+            token = resampled
+        if not self.is_eog(token):
+            # The end token ends the request: nothing is sampled after it.
+            llama_cpp.llama_sampler_accept(state.grammar, token)
+        if state.chain is not None:
+            llama_cpp.llama_sampler_accept(state.chain, token)
+        return token
+
+    @staticmethod
+    def _shortlist_ok(req: Request) -> bool:
+        """Whether sampling again among the likeliest `SHORTLIST` tokens is sampling again
+        among all: always for greedy (the best allowed token is among them unless none is),
+        and when top-k keeps no more than that many anyway (then only tokens ranked beyond
+        the shortlist, a tail of next to no probability, are left out when fewer than top-k
+        of the shortlist are allowed)."""
+        p = req.params
+        return p.greedy or p.temperature <= 0.0 or 0 < p.top_k <= SHORTLIST
+
+    def _resample(
+        self, state: _Constrained, logits: np.ndarray[Any, np.dtype[np.float32]], *, shortlist: bool
+    ) -> int | None:
+        """A token the grammar allows, sampled again with the request's chain (or the best,
+        when greedy): first among the `SHORTLIST` likeliest tokens (the grammar checks 64
+        candidates, not 150,000), then, when it allows none of them, over the whole
+        vocabulary. None when the grammar allows nothing at all."""
+        passes: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+        if shortlist and len(logits) > SHORTLIST:
+            ids = np.argpartition(logits, -SHORTLIST)[-SHORTLIST:]
+            passes.append((self._short, ids))
+        passes.append((self._candidates, self._ids))
+        for cand, ids in passes:
+            cur = self._fill(cand, ids, logits[ids] if cand is self._short else logits)
+            llama_cpp.llama_sampler_apply(state.grammar, _ref(cur))
+            allowed = cand["logit"]
+            if not np.isfinite(allowed.max()):
+                continue
+            if state.chain is None:
+                return int(cand["id"][int(allowed.argmax())])
+            llama_cpp.llama_sampler_apply(state.chain, _ref(cur))
+            return int(cand["id"][cur.selected])
+        return None
+
+    def _fill(
+        self,
+        cand: np.ndarray[Any, np.dtype[np.void]],
+        ids: np.ndarray[Any, np.dtype[np.int32]] | np.ndarray[Any, np.dtype[np.intp]],
+        logits: np.ndarray[Any, np.dtype[np.float32]],
+    ) -> Any:
+        """Candidates for llama.cpp's samplers: `ids` with their raw logits."""
+        cand["id"] = ids
+        cand["logit"] = logits
+        cand["p"] = 0.0
+        return llama_cpp.llama_token_data_array(
+            data=cand.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)),
+            size=len(cand),
+            selected=-1,
+            sorted=False,
+        )
+
+    def _apply(self, chain: Any, logits: np.ndarray[Any, np.dtype[np.float32]]) -> int:
+        """Sample with `chain` over the raw logits without accepting the token (yet)."""
+        cur = self._fill(self._candidates, self._ids, logits)
+        llama_cpp.llama_sampler_apply(chain, _ref(cur))
+        return int(self._candidates["id"][cur.selected])
+
+    def _allows(self, grammar: Any, token: int) -> bool:
+        one = self._one
+        one["id"] = token
+        one["logit"] = 1.0
+        one["p"] = 0.0
+        cur = llama_cpp.llama_token_data_array(
+            data=one.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)),
+            size=1,
+            selected=-1,
+            sorted=False,
+        )
+        llama_cpp.llama_sampler_apply(grammar, _ref(cur))
+        return bool(np.isfinite(one["logit"][0]))
 
     def _make_sampler(self, req: Request) -> Any:
         p = req.params
@@ -543,6 +758,16 @@ class LlamaRunner:
         sampler = self._samplers.pop(request.request_id, None)
         if sampler is not None:
             llama_cpp.llama_sampler_free(sampler)
+        self.last_logprobs.pop(request.request_id, None)
+        state = self._constrained.pop(request.request_id, None)
+        if state is not None:
+            self._free_constrained(state)
+
+    @staticmethod
+    def _free_constrained(state: _Constrained) -> None:
+        llama_cpp.llama_sampler_free(state.grammar)
+        if state.chain is not None:
+            llama_cpp.llama_sampler_free(state.chain)
 
     def close(self) -> None:
         self._saved.clear()
@@ -551,6 +776,9 @@ class LlamaRunner:
         for sampler in self._samplers.values():
             llama_cpp.llama_sampler_free(sampler)
         self._samplers.clear()
+        for state in self._constrained.values():
+            self._free_constrained(state)
+        self._constrained.clear()
         if self.ctx:
             llama_cpp.llama_free(self.ctx)
             self.ctx = None

@@ -137,6 +137,13 @@ class WaitingQueue:
         fairshare.admitted(entry_of(request), self.clock)
         return request
 
+    def take(self, request: Request) -> None:
+        """Admit `request`, which need not be the head (a short prompt passing a long one
+        that waits for the prompts being computed), and charge its tenant's share."""
+        self._items.remove(request)
+        self._version += 1
+        fairshare.admitted(entry_of(request), self.clock)
+
     def remove(self, request_id: str) -> Request | None:
         for i, req in enumerate(self._items):
             if req.request_id == request_id:
@@ -147,6 +154,11 @@ class WaitingQueue:
 
     def older_than(self, cutoff: float) -> list[Request]:
         return [r for r in self._items if r.since < cutoff]
+
+    def oldest_since(self) -> float | None:
+        """When the longest-waiting reply (background work aside) was asked, or None."""
+        sinces = [r.since for r in self._items if not r.background]
+        return min(sinces) if sinces else None
 
 
 @dataclass
@@ -284,6 +296,7 @@ class Scheduler:
         park_idle_steps: int = 0,
         compact: bool = True,
         shared_pool: bool = True,
+        max_prefill_backlog: int | None = None,
     ) -> None:
         if max_batch_tokens < n_seq_max:
             raise ValueError("max_batch_tokens must hold one decode token per sequence")
@@ -294,6 +307,9 @@ class Scheduler:
         self.max_running = min(max_running or n_seq_max, n_seq_max)
         # Prompt tokens one step may carry: the engine lowers it while streams decode.
         self.prompt_budget = max_batch_tokens
+        # A long prompt waits in the queue while the prompts being computed leave this many
+        # tokens or more (`_admit_waiting`).
+        self.max_prefill_backlog = max_prefill_backlog or max_batch_tokens
         # Of those, background work's: the engine keeps it to about one decode step's time.
         self.background_prompt_budget = max_batch_tokens
         self.waiting = WaitingQueue(max_queue, policy, aging=aging)
@@ -399,16 +415,7 @@ class Scheduler:
                 )
                 budget -= 1
 
-        while budget > 0 and len(self.running) < self.max_running and self.waiting:
-            head = self.waiting.peek(now)
-            assert head is not None
-            if head.background and not self._room_for_background():
-                break  # background work waits for a quiet moment; it never slows a reply
-            if not self._admit(head, out):
-                break  # not enough KV room yet: the head waits, so nobody jumps it
-            self.waiting.pop(now)
-            head.admitted_at = now
-            out.admitted.append(head)
+        self._admit_waiting(out, budget, now)
 
         # Replies' prompts before background work's; short ones (a turn's new message) before
         # long ones, then in order of admission. Background prompts go in small chunks: a reply
@@ -456,6 +463,69 @@ class Scheduler:
             out.prefills = [c for c in out.prefills if not c.request.background]
         self._compact_if_fragmented(out)
         return out
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, now: float) -> None:
+        """Admit waiting requests in the queue's order while sequences and KV room last. A
+        long prompt (more than SHORT_PROMPT tokens to compute) is admitted only while the
+        prompts being computed leave less than `max_prefill_backlog` tokens: prompts are
+        computed one after another anyway (oldest first), and one admitted early only brings
+        its conversation's KV into the pool, where every token of every step attends over it
+        (measured: a prompt token cost 20 ms with sixteen conversations of passages waiting
+        there, 4-6 ms in a small pool). While it waits, a short prompt behind it (a turn's new
+        message) is admitted: it is computed within a step."""
+        if budget <= 0:
+            return
+        backlog = self.prefill_backlog()
+        passed: set[str] = set()  # long prompts left waiting this step
+        while len(self.running) < self.max_running:
+            # The order again after each admission: it charged its tenant's fair share.
+            req = next((r for r in self.waiting.ordered(now) if r.request_id not in passed), None)
+            if req is None:
+                return
+            if req.background and not self._room_for_background():
+                return  # background work waits for a quiet moment; it never slows a reply
+            if backlog >= self.max_prefill_backlog and self.uncached_estimate(req) > SHORT_PROMPT:
+                passed.add(req.request_id)
+                continue
+            if not self._admit(req, out):
+                return  # not enough KV room yet: it waits, and nobody behind it jumps it
+            self.waiting.take(req)
+            req.admitted_at = now
+            out.admitted.append(req)
+            if not req.background:
+                backlog += len(req.prompt_tokens) - req.num_computed
+
+    def prefill_backlog(self) -> int:
+        """Prompt tokens still to compute of the replies admitted (background work aside)."""
+        return sum(
+            len(r.prompt_tokens) - r.num_computed
+            for r in self.running
+            if not r.background and not r.prefill_done
+        )
+
+    def pending_prefill(self) -> int:
+        """The prefill backlog with the waiting replies' prompts (what they would compute)."""
+        waiting = sum(self.uncached_estimate(r) for r in self.waiting if not r.background)
+        return self.prefill_backlog() + waiting
+
+    @property
+    def prefill_full(self) -> bool:
+        """Whether a long prompt would wait for the prompts being computed (`_admit_waiting`)."""
+        return self.prefill_backlog() >= self.max_prefill_backlog
+
+    def uncached_estimate(self, req: Request) -> int:
+        """Tokens of `req`'s prompt that admitting it now would leave to compute: those beyond
+        the longest prefix a sequence or host memory holds for its tenant."""
+        usable = max(0, len(req.prompt_tokens) - 1)
+        held = [
+            s.request.kv_tokens() if s.request is not None else s.tokens
+            for s in self.slots
+            if s.tenant == req.tenant
+        ]
+        cached = max((common_prefix_len(h, req.prompt_tokens) for h in held), default=0)
+        if self.host is not None:
+            cached = max(cached, self.host.match(req.tenant, req.prompt_tokens, usable)[1])
+        return len(req.prompt_tokens) - min(cached, usable)
 
     def _compact_if_fragmented(self, out: SchedulerOutput) -> None:
         """Pack the pool when at least as many cells have been freed since it was last packed

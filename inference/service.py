@@ -39,6 +39,8 @@ class PromptCounter(Protocol):
 
     def count(self, messages: Sequence[ChatMessage]) -> int: ...
 
+    def count_text(self, text: str) -> int: ...  # tokens of plain text, no template
+
 
 def engine_mode() -> str:
     mode = settings.QASSIST_ENGINE
@@ -74,6 +76,8 @@ def build_engine() -> Engine:
         aging=settings.QASSIST_QUEUE_AGING_SECONDS,
         max_wait=settings.QASSIST_MAX_WAIT_SECONDS,
         min_stream_speed=settings.QASSIST_MIN_STREAM_SPEED,
+        hard_min_stream_speed=settings.QASSIST_MIN_STREAM_SPEED_HARD,
+        ttft_target=settings.QASSIST_TTFT_TARGET_SECONDS,
         host_cache_bytes=settings.QASSIST_HOST_CACHE_MB * 1024 * 1024,
         host_disk_bytes=settings.QASSIST_HOST_CACHE_DISK_MB * 1024 * 1024,
         park_idle_steps=settings.QASSIST_PARK_IDLE_STEPS,
@@ -187,6 +191,10 @@ class _ModelCounter:
     def count(self, messages: Sequence[ChatMessage]) -> int:
         with self._lock:  # one tokenizer, callers on several threads
             return self.tokenizer.count(messages)
+
+    def count_text(self, text: str) -> int:
+        with self._lock:
+            return len(self.tokenizer.tokenize(text, special=False))
 
 
 _counter: PromptCounter | None = None

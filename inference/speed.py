@@ -14,8 +14,10 @@ enough steps were seen it stays at `initial`. Requests already running are never
 lower limit only stops admitting until streams finish.
 
 The same line bounds the prompt tokens a step carries while streams decode (`prompt_allowance`):
-a long prompt is prefilled in chunks that keep each step within twice its decode-only time,
-and background work's prompts in chunks of about one decode step (`background_allowance`).
+a long prompt is prefilled in chunks that keep each step within 1.6 times its decode-only time
+or within the floor's step, whichever is longer (the hard minimum's, once a reply has waited
+past the first-token target), and background work's prompts in chunks of about one decode step
+(`background_allowance`).
 
 The line is good at "how many streams" and poor at sizing prompt chunks: when the same streams
 decode throughout, it cannot tell the fixed cost from the decode tokens' and lumps part of the
@@ -25,10 +27,27 @@ direct measurements instead: the recent steps that carried no prompt (the decode
 scaled by the line when the number of streams changed), and what prompt tokens added to the
 recent steps that carried both (seconds per prompt token, smoothed over the last few such
 steps). The next chunk shrinks as soon as one took longer than planned.
+
+**The floor yields to a first-token target** (`ttft_target`, `hard_floor`). Keeping every stream
+at the floor makes the rest queue behind whole replies: at 32 users on 2 cores the median user
+waited 21 s for a first word. So the floor is a preference: while nobody waiting has waited
+longer than `ttft_target` seconds, the limit is the floor's; once someone has, it is the limit
+the same line gives at `hard_floor` (with the same headroom), and everyone waiting in the
+queue's own order is admitted up to it. Below the hard minimum no new stream starts: those left
+wait, and past the wait bound are answered "busy". The yield holds until nobody waits and the
+running streams fit under the floor's limit again (see `running_limit` for why not as soon as
+nobody waits). Running streams are never preempted: the limit only stops admitting.
+
+**Estimated waits** (`fill`): each sequence the queue may use frees when its stream is predicted
+to end (its remaining tokens times the step time at the limit), or now when it is free, or when
+the yield will start; each waiting request, in the queue's order, takes the sequence that frees
+first and holds it for a typical reply. A request's estimate is when its turn comes.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # A step carrying prompt tokens takes at most this many times one without. Two is the aim for
@@ -133,7 +152,15 @@ class SpeedGovernor:
     maximum: int
     initial: int
     minimum: int = 1
+    # Once a request has waited longer than `ttft_target` seconds (0: never), the floor yields
+    # down to `hard_floor` tokens/s (0: down to `maximum` streams).
+    ttft_target: float = 0.0
+    hard_floor: float = 0.0
     model: StepModel = field(default_factory=StepModel)
+    yielding: bool = False
+    yields: int = 0  # times the floor yielded
+    _yielded_seconds: float = 0.0  # in yields that ended
+    _yield_started: float | None = None
     # Recent steps without prompt tokens: (streams, seconds), smoothed; see the module doc.
     decode_reference: tuple[float, float] | None = None
     # Seconds one prompt token added to recent steps that also decoded, smoothed.
@@ -181,10 +208,18 @@ class SpeedGovernor:
         fixed, per_decode, per_prompt = fit
         return 1.0 / (fixed + per_decode * streams + per_prompt * self.model.mean_prompt)
 
-    def prompt_allowance(self, decoding: int, budget: int) -> int:
+    def prompt_allowance(self, decoding: int, budget: int, *, overdue: bool = False) -> int:
         """Prompt tokens one step may carry beside `decoding` decode tokens: as many as keep
-        the step within STRETCH times its decode-only time, so a long prompt being prefilled
-        slows running streams at most that much (it is spread over more steps instead)."""
+        the step within STRETCH times its decode-only time, or within the floor's step when
+        that is longer, so a long prompt being prefilled slows running streams at most that
+        much (it is spread over more steps instead). `overdue`: a reply whose prompt is being
+        computed has waited past the first-token target, and the streams give way down to the
+        hard minimum's step, as when the floor yields for a request in the queue.
+
+        The floor is what streams are promised; speed above it is theirs only while nobody
+        waits for a first word. Held to STRETCH times a fast stream's step, the prompts of
+        many people asking at once (each question with its passages) crept in 8-token chunks
+        beside one or two streams, paying a whole step's fixed cost for a few tokens."""
         fit = self.model.coefficients()
         if decoding <= 0 or fit is None or self.model.steps_seen < MIN_STEPS:
             return budget
@@ -194,7 +229,12 @@ class SpeedGovernor:
             per_prompt = self.prompt_token_seconds
         if per_prompt <= 0:
             return budget  # prompt tokens measured as free: nothing to spread
-        allowance = int((STRETCH - 1.0) * decode_only / per_prompt)
+        step = STRETCH * decode_only
+        speed = self.hard_floor if (overdue or self.yielding) and self.hard_floor > 0 else 0.0
+        speed = speed or self.floor
+        if speed > 0:
+            step = max(step, 1.0 / (speed * HEADROOM))
+        allowance = int((step - decode_only) / per_prompt)
         return max(MIN_PROMPT_CHUNK, min(budget, allowance))
 
     def background_allowance(self, decoding: int, budget: int) -> int:
@@ -214,11 +254,96 @@ class SpeedGovernor:
         return max(MIN_BACKGROUND_CHUNK, min(budget, int(decode_step / per_prompt)))
 
     def limit(self) -> int:
-        if self.floor <= 0:
+        """The floor's limit: the most streams that keep `floor` tokens/s each."""
+        return self.limit_at(self.floor)
+
+    def limit_at(self, speed: float) -> int:
+        """The most streams whose predicted step (with the prompt tokens steps carry on average)
+        keeps each at `speed` tokens/s with HEADROOM; `maximum` for a speed of 0."""
+        if speed <= 0:
             return self.maximum
         fit = self.model.coefficients()
         if fit is None or self.model.steps_seen < MIN_STEPS:
             return max(self.minimum, min(self.initial, self.maximum))
         fixed, per_decode, per_prompt = fit
-        budget = 1.0 / (self.floor * HEADROOM) - fixed - per_prompt * self.model.mean_prompt
+        budget = 1.0 / (speed * HEADROOM) - fixed - per_prompt * self.model.mean_prompt
         return max(self.minimum, min(self.maximum, int(budget / per_decode)))
+
+    def yielded_limit(self) -> int:
+        """The limit while the floor yields: the hard minimum's, never below the floor's."""
+        if self.floor <= 0:
+            return self.maximum
+        return max(self.limit(), self.limit_at(self.hard_floor))
+
+    @property
+    def may_yield(self) -> bool:
+        """Whether a request waiting past the target would make more streams run now."""
+        return self.floor > 0 and self.ttft_target > 0 and self.yielded_limit() > self.limit()
+
+    def running_limit(self, *, oldest_wait: float | None, running: int, now: float) -> int:
+        """How many requests may run now. `oldest_wait`: seconds the longest-waiting reply has
+        waited since it was asked (None: no reply waits); `running`: requests running now;
+        `now`: seconds on any steady clock (for the time spent yielded).
+
+        The floor yields once `oldest_wait` passes the target, and holds the yield until nobody
+        waits *and* the running streams fit under the floor's limit. Returning as soon as nobody
+        waits would make every newcomer wait out the target again while the streams above the
+        floor's limit finish: with demand above what the floor can serve (32 users of the
+        company workload on 2 cores) almost every turn would wait about the target, and the
+        limit would flap each time."""
+        floor_limit = self.limit()
+        if self.yielding:
+            if not self.may_yield or (oldest_wait is None and running <= floor_limit):
+                self._end_yield(now)
+        elif oldest_wait is not None and oldest_wait >= self.ttft_target and self.may_yield:
+            self.yielding = True
+            self.yields += 1
+            self._yield_started = now
+        return self.yielded_limit() if self.yielding else floor_limit
+
+    def _end_yield(self, now: float) -> None:
+        if self._yield_started is not None:
+            self._yielded_seconds += max(0.0, now - self._yield_started)
+        self.yielding = False
+        self._yield_started = None
+
+    def yielded_seconds(self, now: float) -> float:
+        """Seconds spent yielded, the current yield included."""
+        current = now - self._yield_started if self._yield_started is not None else 0.0
+        return self._yielded_seconds + max(0.0, current)
+
+    def step_seconds(self, streams: int) -> float | None:
+        """A step's predicted seconds with `streams` decoding (None until enough steps were
+        seen to trust the line): what each stream waits for its next token."""
+        if self.model.steps_seen < MIN_STEPS:
+            return None
+        speed = self.stream_speed(max(1, streams))
+        return 1.0 / speed if speed is not None and speed > 0 else None
+
+
+Slot = tuple[float, float]  # (seconds until free for the next waiting request, seconds it holds it)
+
+
+def fill(slots: Sequence[Slot], count: int) -> tuple[list[float], list[Slot]]:
+    """When each of the next `count` waiting requests starts, in queue order: each takes the
+    slot that frees first and holds it for that slot's typical reply. Returns those start
+    times (empty when there are no slots) and the slots as they are left afterwards, for a
+    queue behind these requests (the shared queue behind a worker's own)."""
+    heap = list(slots)
+    heapq.heapify(heap)
+    starts: list[float] = []
+    if not heap:
+        return starts, []
+    for _ in range(count):
+        free_at, hold = heapq.heappop(heap)
+        starts.append(free_at)
+        heapq.heappush(heap, (free_at + hold, hold))
+    return starts, sorted(heap)
+
+
+def worth_retelling(told: float | None, estimate: float | None) -> bool:
+    """An estimate that moved by a second and a fifth of itself (or became known or unknown)
+    is told again: it follows the queue without a message every step."""
+    if told is None or estimate is None:
+        return (told is None) != (estimate is None)
+    return abs(estimate - told) >= max(1.0, 0.2 * told)

@@ -37,6 +37,7 @@ import redis.asyncio as aioredis
 
 from inference import fairshare
 from inference.metrics import record_refusal
+from inference.speed import Slot, fill, worth_retelling
 from inference.types import (
     Done,
     ErrorCode,
@@ -52,6 +53,12 @@ from inference.worker import Submission, TransportUnavailable
 logger = logging.getLogger(__name__)
 
 EVENT_TTL = 600  # seconds a request's events and body are kept
+# A conversation's next turn is left to the worker that ran its last one (which keeps its KV,
+# in a sequence or in host memory) for this many seconds after it was asked; then any worker
+# takes it and computes the history again. About a step's wait for a holder with room; one
+# that stays busy longer costs the turn that much more.
+AFFINITY_SECONDS = 1.0
+HOLDER_TTL = 3600  # seconds a worker is remembered as holding a conversation
 # What redis-py raises while Redis is down or restarting (both sides retry by themselves).
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 REDIS_DOWN_MESSAGE = (
@@ -80,6 +87,13 @@ if ARGV[4] == '0' then
              't:' .. ARGV[2], string.format('%.17g', start + tonumber(ARGV[3])))
 end
 return 1
+"""
+
+# What the policy knows of the requests that have waited longest (the queue's score is arrival).
+_OLDEST = """
+local ids = redis.call('ZRANGE', KEYS[1], 0, 15)
+if #ids == 0 then return {} end
+return redis.call('HMGET', KEYS[2], unpack(ids))
 """
 
 # Take a request out of the queue (cancel, wait bound) unless a worker claimed it already.
@@ -113,6 +127,10 @@ class Keys:
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}"
 
+    def holder(self, conversation: str) -> str:
+        """The worker that last ran this conversation, so holds its KV (or host copy)."""
+        return f"{self.prefix}:conv:{conversation}"
+
 
 def queue_meta(sub: Submission) -> str:
     """What the fair-share policy needs to know of a queued request."""
@@ -123,6 +141,7 @@ def queue_meta(sub: Submission) -> str:
             "follow_up": any(m.role == "assistant" for m in sub.messages),
             "background": sub.background,
             "arrival": sub.submitted_at,
+            "conversation": sub.conversation,
         }
     )
 
@@ -188,12 +207,17 @@ class RedisWorkerTransport:
         prefix: str = "qassist",
         worker_id: str | None = None,
         aging: float = 30.0,
+        affinity: float = AFFINITY_SECONDS,
+        heartbeat_timeout: float = 5.0,
     ) -> None:
         # Any: redis-py types replies as unions over its decode modes; this client returns bytes.
         self.redis: Any = cast(Any, redis.Redis.from_url(url))
         self.keys = Keys(prefix)
         self.aging = aging
+        self.affinity = affinity
+        self.heartbeat_timeout = heartbeat_timeout
         self._claim = self.redis.register_script(_CLAIM)
+        self._oldest = self.redis.register_script(_OLDEST)
         self.worker_id = worker_id or uuid.uuid4().hex[:12]
         self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         self._pubsub.subscribe(self.keys.cancel)
@@ -222,14 +246,28 @@ class RedisWorkerTransport:
                 self.publish(
                     [Failed(request_id, ErrorCode.INVALID_REQUEST.value, f"bad request: {exc}")]
                 )
+        held = [s.conversation for s in subs if s.conversation]
+        if held:
+            # This worker now holds these conversations' KV: their next turns come here first.
+            pipe = self.redis.pipeline(transaction=False)
+            for conversation in held:
+                pipe.set(self.keys.holder(conversation), self.worker_id, ex=HOLDER_TTL)
+            pipe.execute()
         return subs
 
     def _claim_next(self, limit: int) -> list[str]:
-        """Claim up to `limit` queued requests in the fair order."""
+        """Claim up to `limit` queued requests in the fair order, leaving to another live
+        worker, for `affinity` seconds after it was asked, a conversation's turn whose earlier
+        turns that worker ran: it holds the history's KV, here it would be computed again."""
         claimed: list[str] = []
         if limit <= 0:
             return claimed
-        for entry in fair_order(self.redis, self.keys, self.aging):
+        order = fair_order(self.redis, self.keys, self.aging)
+        elsewhere = self._held_elsewhere(order)
+        now = time.time()
+        for entry in order:
+            if entry.key in elsewhere and now - entry.arrival < self.affinity:
+                continue
             ok = self._claim(
                 keys=[self.keys.queue, self.keys.meta, self.keys.fair],
                 args=[entry.key, entry.tenant, 1.0 / entry.weight, int(entry.background)],
@@ -239,6 +277,41 @@ class RedisWorkerTransport:
                 if len(claimed) >= limit:
                     break
         return claimed
+
+    def _held_elsewhere(self, order: Sequence[fairshare.Entry]) -> set[str]:
+        """The queued requests whose conversation another live worker holds."""
+        if self.affinity <= 0 or not order:
+            return set()
+        keys = [e.key for e in order]
+        raw_meta = self.redis.hmget(self.keys.meta, keys)
+        conversations = {
+            key: str(json.loads(raw).get("conversation") or "")
+            for key, raw in zip(keys, raw_meta, strict=True)
+            if raw
+        }
+        asked = {k: c for k, c in conversations.items() if c}
+        if not asked:
+            return set()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrangebyscore(self.keys.workers, time.time() - self.heartbeat_timeout, "+inf")
+        pipe.mget([self.keys.holder(c) for c in asked.values()])
+        live_raw, holders = pipe.execute()
+        live = {w.decode() for w in live_raw} - {self.worker_id}
+        return {
+            key
+            for key, holder in zip(asked, holders, strict=True)
+            if holder is not None and holder.decode() in live
+        }
+
+    @_unavailable_when_redis_is_down
+    def oldest_waiting(self) -> float | None:
+        """When the oldest reply in the shared queue was asked (background work aside): every
+        worker's speed floor yields for it once it has waited past the first-token target."""
+        for raw in self._oldest(keys=[self.keys.queue, self.keys.meta]):
+            data = json.loads(raw) if raw else {}
+            if data and not data.get("background"):
+                return float(data.get("arrival", time.time()))
+        return None
 
     @_unavailable_when_redis_is_down
     def cancellations(self) -> Sequence[str]:
@@ -384,6 +457,7 @@ class RedisEngineClient:
             return
         last_id = "0-0"
         position = 0  # told only if it is still waiting after a poll: most start at once
+        told: float | None = None  # the estimated wait told with it
         unowned_polls = 0
         events_key = self.keys.events(rid)
         while True:
@@ -419,9 +493,10 @@ class RedisEngineClient:
                         )
                         return
                     continue  # a worker claimed it just now: its events follow
-                if rank + 1 != position:
-                    position = rank + 1
-                    yield Queued(rid, position)
+                estimate = await self._estimate(rank, live)
+                if rank + 1 != position or worth_retelling(told, estimate):
+                    position, told = rank + 1, estimate
+                    yield Queued(rid, position, estimate)
                 continue
             owner = await self.redis.get(self.keys.owner(rid))
             unowned_polls = 0 if owner is not None else unowned_polls + 1
@@ -444,6 +519,28 @@ class RedisEngineClient:
             return None
         order = _order(ids, meta, clock, self.aging)
         return next(i for i, e in enumerate(order) if e.key == rid)
+
+    async def _estimate(self, rank: int, live: list[str]) -> float | None:
+        """Seconds until the request at `rank` of the shared queue is predicted to start: the
+        live workers' sequences as their last heartbeats described them (`queue_slots`: when
+        each frees for the shared queue, after the worker's own waiting requests), aged by the
+        time since, taken in queue order (`inference.speed.fill`). None when no worker knows."""
+        if not live:
+            return None
+        raws = await self.redis.mget([self.keys.worker(w) for w in live])
+        now = time.time()
+        slots: list[Slot] = []
+        for raw in raws:
+            try:
+                data = json.loads(raw) if raw else {}
+                described, at = data.get("queue_slots"), float(data["status_time"])
+                if isinstance(described, list):
+                    age = max(0.0, now - at)
+                    slots += [(max(0.0, float(t) - age), float(hold)) for t, hold in described]
+            except (KeyError, ValueError, TypeError, AttributeError):
+                continue  # a worker of another version: its sequences are not counted
+        starts = fill(slots, rank + 1)[0]
+        return round(starts[rank], 1) if starts else None
 
     async def _unqueue(self, rid: str) -> bool:
         removed = await self.redis.eval(

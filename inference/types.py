@@ -79,6 +79,38 @@ class EngineError(Exception):
         self.retry_after = retry_after
 
 
+MAX_GRAMMAR_CHARS = 200_000  # a constraint's GBNF; a schema whose grammar is longer is refused
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a reply's text must be, enforced token by token: `grammar` (llama.cpp's GBNF) is what
+    the runner compiles into the sequence's grammar sampler. The rest says the same in terms a
+    fake runner (and a reader) can act on: the text is `prefix` + a JSON value following
+    `schema` (JSON text; "" for any JSON object) + `suffix`, and with `repeat` one or more such
+    blocks joined by newlines (parallel tool calls)."""
+
+    grammar: str
+    schema: str = ""
+    prefix: str = ""
+    suffix: str = ""
+    repeat: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Constraint:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """A sampled token's log-probability under the model, and the most likely tokens there."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 512
@@ -90,6 +122,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    constraint: Constraint | None = None  # the reply must follow it (structured output, tools)
+    logprobs: int | None = None  # report each token's logprob and this many alternatives
 
     @property
     def greedy(self) -> bool:
@@ -117,6 +151,12 @@ class SamplingParams:
             problems.append("frequency_penalty and presence_penalty must be between -2 and 2")
         if len(self.stop) > 8 or any(not s or len(s) > 200 for s in self.stop):
             problems.append("stop takes at most 8 non-empty strings of up to 200 characters")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            problems.append(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}")
+        if self.constraint is not None and not 0 < len(self.constraint.grammar) <= (
+            MAX_GRAMMAR_CHARS
+        ):
+            problems.append(f"a grammar takes 1 to {MAX_GRAMMAR_CHARS} characters")
         if problems:
             raise EngineError(ErrorCode.INVALID_REQUEST, "; ".join(problems))
 
@@ -131,6 +171,8 @@ class SamplingParams:
         if "stop" in known:
             stop = known["stop"]
             known["stop"] = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        if isinstance(known.get("constraint"), dict):
+            known["constraint"] = Constraint.from_dict(known["constraint"])
         return cls(**known)
 
 
@@ -248,6 +290,8 @@ class Request:
 class Queued:
     request_id: str
     position: int  # 1 = next to start
+    # Seconds until it is predicted to start (None: unknown yet); see `inference.speed.fill`.
+    estimated_wait: float | None = None
     type: str = "queued"
 
 
@@ -255,6 +299,9 @@ class Queued:
 class Delta:
     request_id: str
     text: str
+    # With SamplingParams.logprobs: the tokens this text came from, in OpenAI's shape
+    # ({"token", "bytes", "logprob", "top_logprobs": [{"token", "bytes", "logprob"}]}).
+    logprobs: list[dict[str, Any]] | None = None
     type: str = "delta"
 
 

@@ -7,7 +7,6 @@ snapshot (see `inference.metrics`).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -20,6 +19,9 @@ from django.views.decorators.http import require_safe
 
 from inference import metrics
 from inference.service import get_engine_client
+from qassist.callers import is_in_networks, is_local_caller
+from qassist.errors import json_error
+from tenants.admin_scope import admin_tenant_slugs
 
 HEALTH_TIMEOUT = 2.0
 
@@ -32,36 +34,44 @@ async def _health() -> dict[str, Any]:
     return health if isinstance(health, dict) else {"ok": False, "workers": []}
 
 
-def _allowed(request: HttpRequest) -> bool:
-    """Loopback callers (a Prometheus on the same machine), the configured networks, staff."""
-    try:
-        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
-    except ValueError:
-        address = None
-    if address is not None and (
-        address.is_loopback
-        or any(address in ipaddress.ip_network(n) for n in settings.QASSIST_METRICS_NETWORKS)
-    ):
-        return True
+class _Refused:
+    """Not allowed to read the metrics at all."""
+
+
+REFUSED = _Refused()
+
+
+def _metrics_scope(request: HttpRequest) -> frozenset[str] | _Refused | None:
+    """Whose tenant-labelled series the caller may read: None for every tenant's (the
+    monitoring host: a direct caller on this machine or in QASSIST_METRICS_NETWORKS; a
+    superuser), a tenant admin's own tenants' slugs, or REFUSED. A request through a proxy is
+    its forwarded client, never "local" (qassist/callers.py): it needs a staff login."""
+    if is_local_caller(request) or is_in_networks(request, settings.QASSIST_METRICS_NETWORKS):
+        return None
     user = getattr(request, "user", None)
-    return bool(user is not None and user.is_active and user.is_staff)
+    if user is None or not (user.is_active and user.is_staff):
+        return REFUSED
+    return admin_tenant_slugs(request)
 
 
 @never_cache
 @require_safe
 async def metrics_view(request: HttpRequest) -> HttpResponse:
-    allowed = await sync_to_async(_allowed)(request)
-    if not allowed:
-        return JsonResponse(
-            {"error": "forbidden", "message": "Metrics are for staff and the monitoring host."},
+    scope = await sync_to_async(_metrics_scope)(request)
+    if isinstance(scope, _Refused):
+        return json_error(
+            "forbidden",
+            "Metrics are for staff and the monitoring host (a direct caller on this machine or "
+            "in QASSIST_METRICS_NETWORKS, not through the proxy).",
             status=403,
         )
     health = await _health()
-    body = await sync_to_async(metrics.render)(health)
+    body = await sync_to_async(metrics.render)(health, tenants=scope)
     return HttpResponse(body, content_type=metrics.CONTENT_TYPE)
 
 
-def _summary(health: dict[str, Any]) -> dict[str, Any]:
+def _summary(health: dict[str, Any], tenants: frozenset[str] | None) -> dict[str, Any]:
+    """The engine page's numbers; refusals only of `tenants` (None: every tenant's)."""
     workers = [w for w in health.get("workers") or [] if isinstance(w, dict)]
     rows = []
     for w in workers:
@@ -75,6 +85,11 @@ def _summary(health: dict[str, Any]) -> dict[str, Any]:
                 "sequences": w.get("sequences", w.get("slots", 0)),
                 "sequences_in_use": w.get("sequences_in_use", 0),
                 "running_limit": w.get("running_limit", 0),
+                "floor_limit": w.get("floor_limit"),
+                "floor_yielding": bool(w.get("floor_yielding")),
+                "floor_yields": w.get("floor_yields", 0),
+                "floor_yielded_seconds": w.get("floor_yielded_seconds", 0),
+                "oldest_wait": w.get("oldest_wait_seconds"),
                 "speed": w.get("predicted_stream_speed"),
                 "tokens_per_second": round(generated / steps_seconds, 1) if steps_seconds else 0,
                 "generated": generated,
@@ -95,7 +110,7 @@ def _summary(health: dict[str, Any]) -> dict[str, Any]:
         "error": health.get("error") or health.get("state") or "",
         "queued": health.get("queued"),
         "workers": rows,
-        "refusals": sorted(metrics.refusal_counts().items()),
+        "refusals": sorted(metrics.refusal_counts_for(tenants).items()),
     }
 
 
@@ -103,10 +118,12 @@ def _summary(health: dict[str, Any]) -> dict[str, Any]:
 @never_cache
 @require_safe
 def engine_status(request: HttpRequest) -> HttpResponse:
-    """The engine at a glance for staff; `?format=json` for the same numbers as JSON."""
+    """The engine at a glance for staff; `?format=json` for the same numbers as JSON. The
+    engine's own numbers are everyone's; refusals by tenant are scoped like the rest of the
+    admin (a tenant admin sees their own tenants', a superuser everyone's)."""
     from asgiref.sync import async_to_sync
 
-    summary = _summary(async_to_sync(_health)())
+    summary = _summary(async_to_sync(_health)(), admin_tenant_slugs(request))
     if request.GET.get("format") == "json":
         return JsonResponse(summary)
     return render(

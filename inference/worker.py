@@ -64,6 +64,13 @@ class Submission:
         )
 
 
+def _credited_wait(submitted_at: float) -> float:
+    """Seconds a request spent in a queue before the engine (the shared queue), counted towards
+    the wait bound, TTFT and the floor's yield. Clocks of two machines may differ: never more
+    than a queue could plausibly have held it."""
+    return min(max(0.0, time.time() - submitted_at), MAX_CREDITED_WAIT)
+
+
 class TransportUnavailable(Exception):
     """The transport cannot reach the web processes now (Redis restarting): events cannot be
     delivered. The worker ends what it runs and tries again; the transport reconnects."""
@@ -77,6 +84,8 @@ class WorkerTransport(Protocol):
     def cancellations(self) -> Sequence[str]: ...
     def publish(self, events: Sequence[Event]) -> None: ...
     def heartbeat(self, stats: dict[str, Any]) -> None: ...
+    # When (time.time()) the oldest reply not yet fetched was asked; None when none waits.
+    def oldest_waiting(self) -> float | None: ...
 
 
 class EngineWorker:
@@ -118,25 +127,52 @@ class EngineWorker:
             # Take what can start now; background work parked here must not hold replies back.
             waiting = sum(not r.background for r in scheduler.waiting)
             limit = scheduler.free_slots - waiting
+            if scheduler.prefill_full:
+                # A long prompt taken now would wait here for the prompts being computed: one
+                # may (it starts the moment there is room), the rest stay in the shared queue
+                # for a worker that has room now.
+                limit = min(limit, 1 - waiting)
         else:
             limit = scheduler.free_slots + scheduler.waiting.max_size - self.engine.num_waiting + 1
-        if limit <= 0:
-            return
+        if limit > 0:
+            self._take(limit)
+        # The replies still in the shared queue count for the speed floor's yield too: with
+        # every sequence at the floor's limit, that is where they wait.
+        oldest = self.transport.oldest_waiting()
+        self.engine.note_waiting_elsewhere(
+            None if oldest is None else time.monotonic() - _credited_wait(oldest)
+        )
+
+    def _take(self, limit: int) -> None:
         timeout = 0.0 if self.engine.has_work else self.idle_wait
-        for sub in self.transport.fetch(limit, timeout):
-            # Time spent in the shared queue counts towards the wait bound and TTFT. Clocks of
-            # two machines may differ: never more than a queue could plausibly have held it.
-            waited = min(max(0.0, time.time() - sub.submitted_at), MAX_CREDITED_WAIT)
-            events = self.engine.add_request(
-                sub.request_id,
-                sub.messages,
-                sub.params,
-                priority=sub.priority,
-                background=sub.background,
-                tenant=sub.tenant,
-                waited=waited,
-            )
-            self.transport.publish(events)
+        shared = self.transport.shared_queue
+        scheduler = self.engine.scheduler
+        while limit > 0:
+            # From a shared queue one at a time: once the prompts this worker has to compute
+            # fill its prefill backlog, what it took would wait here while another worker may
+            # have room (the length of a prompt is known only once it is taken).
+            taken = self.transport.fetch(1 if shared else limit, timeout)
+            if not taken:
+                return
+            timeout = 0.0
+            for sub in taken:
+                self._add(sub)
+            limit -= len(taken)
+            if shared and scheduler.pending_prefill() >= scheduler.max_prefill_backlog:
+                return
+
+    def _add(self, sub: Submission) -> None:
+        waited = _credited_wait(sub.submitted_at)
+        events = self.engine.add_request(
+            sub.request_id,
+            sub.messages,
+            sub.params,
+            priority=sub.priority,
+            background=sub.background,
+            tenant=sub.tenant,
+            waited=waited,
+        )
+        self.transport.publish(events)
 
     def maybe_heartbeat(self, *, force: bool = False) -> None:
         """On the engine's thread: beat with fresh numbers when one is due."""
@@ -151,6 +187,7 @@ class EngineWorker:
         heartbeat: `/metrics` and the admin status page read them from there."""
         return {
             **self.engine.status(),
+            "status_time": time.time(),  # when they were taken: `queue_slots` count from it
             "slots": self.engine.runner.n_seq_max,
             "draining": self.draining,
             "started_at": self.started_at,

@@ -124,7 +124,7 @@ def test_metrics_are_refused_to_an_anonymous_remote_caller(
 ) -> None:
     response = client.get("/metrics", REMOTE_ADDR="203.0.113.9")
     assert response.status_code == 403
-    assert response.json()["error"] == "forbidden"
+    assert response.json()["error"]["code"] == "forbidden"
 
 
 def test_staff_may_read_metrics_from_anywhere(
@@ -189,4 +189,156 @@ def test_the_admin_index_links_to_the_status_page(client: Client) -> None:
     client.force_login(staff)
     page = client.get("/admin/").content.decode()
     assert 'href="/admin/engine/"' in page
-    assert "Site administration" in page  # still Django's own index around it
+    assert "Run qassist" in page  # the admin index (qassist/admin_site.py), Engine section
+
+
+class Yielded:
+    """An engine client whose one worker's floor has yielded (its heartbeat snapshot)."""
+
+    def at_capacity(self) -> bool:
+        return False
+
+    async def health(self) -> dict[str, Any]:
+        worker = {
+            "id": "w1",
+            "running": 27,
+            "waiting": 3,
+            "running_limit": 27,
+            "floor_limit": 11,
+            "floor_yielding": 1,
+            "floor_yields": 4,
+            "floor_yielded_seconds": 93.5,
+            "oldest_wait_seconds": 2.4,
+        }
+        return {"mode": "redis", "ok": True, "workers": [worker], "queued": 2}
+
+
+def test_metrics_show_the_running_limit_the_oldest_wait_and_the_floors_yields(
+    client: Client,
+) -> None:
+    set_engine_client(Yielded())  # type: ignore[arg-type]
+    try:
+        families = scrape(client)
+    finally:
+        set_engine_client(None)
+    assert value(families, "qassist_running_limit", "qassist_running_limit", worker="w1") == 27
+    assert value(families, "qassist_floor_limit", "qassist_floor_limit", worker="w1") == 11
+    assert value(families, "qassist_floor_yielding", "qassist_floor_yielding") == 1
+    assert value(families, "qassist_oldest_wait_seconds", "qassist_oldest_wait_seconds") == 2.4
+    assert value(families, "qassist_floor_yields", "qassist_floor_yields_total") == 4
+    assert (
+        value(families, "qassist_floor_yielded_seconds", "qassist_floor_yielded_seconds_total")
+        == 93.5
+    )
+
+
+def test_the_status_page_shows_the_limit_the_oldest_wait_and_the_floors_yields(
+    client: Client,
+) -> None:
+    staff = User.objects.create_user("ops", password="pw", is_staff=True)
+    client.force_login(staff)
+    set_engine_client(Yielded())  # type: ignore[arg-type]
+    try:
+        page = client.get("/admin/engine/").content.decode()
+        data = client.get("/admin/engine/?format=json").json()
+    finally:
+        set_engine_client(None)
+    assert "27 (yielded: the floor's is 11)" in page
+    assert "<td>2.4 s</td>" in page
+    assert "4 times, 93.5 s" in page
+    [worker] = data["workers"]
+    assert worker["running_limit"] == 27
+    assert worker["oldest_wait"] == 2.4
+    assert worker["floor_yields"] == 4
+    assert worker["floor_yielding"] is True
+
+
+# --- behind a proxy, and whose tenants -----------------------------------------------------------
+
+PROXIED = [
+    {"X-Forwarded-For": "8.8.8.8"},
+    {"X-Forwarded-For": "127.0.0.1"},  # what a client wrote, passed on by the proxy
+    {"Forwarded": "for=8.8.8.8;proto=https"},
+    {"X-Real-IP": "8.8.8.8"},
+]
+
+
+@pytest.mark.parametrize("headers", PROXIED)
+def test_a_request_relayed_by_a_local_proxy_is_its_forwarded_client(
+    client: Client, engine_client: LocalEngineClient, headers: dict[str, str]
+) -> None:
+    response = client.get("/metrics", REMOTE_ADDR="127.0.0.1", headers=headers)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "forbidden"
+    assert "qassist_" not in response.content.decode()
+
+
+@pytest.mark.parametrize("headers", PROXIED)
+def test_a_proxy_inside_a_configured_network_does_not_admit_its_clients(
+    client: Client, engine_client: LocalEngineClient, settings: Any, headers: dict[str, str]
+) -> None:
+    settings.QASSIST_METRICS_NETWORKS = ["10.0.0.0/8"]
+    assert client.get("/metrics", REMOTE_ADDR="10.0.0.2", headers=headers).status_code == 403
+    assert "qassist_workers" in scrape(client, REMOTE_ADDR="10.0.0.2")  # direct: allowed
+
+
+def test_staff_behind_the_proxy_still_read_metrics(
+    client: Client, engine_client: LocalEngineClient
+) -> None:
+    client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
+    assert "qassist_workers" in scrape(
+        client, REMOTE_ADDR="127.0.0.1", headers={"X-Forwarded-For": "8.8.8.8"}
+    )
+
+
+def tenant_labels(families: dict[str, Any], name: str) -> set[str]:
+    return {s.labels["tenant"] for s in families[name].samples if "tenant" in s.labels}
+
+
+def test_a_tenant_admin_reads_only_their_own_tenants_series(
+    client: Client, engine_client: LocalEngineClient, tenant_admin: User, other_tenant: Any
+) -> None:
+    ask(engine_client, "hello", tenant="acme")
+    ask(engine_client, "hello", tenant="globex")
+    assert engine_client.worker is not None
+    engine_client.worker.maybe_heartbeat(force=True)
+    metrics.record_refusal(reason="rate_limited", tenant="acme")
+    metrics.record_refusal(reason="quota_exceeded", tenant="globex")
+
+    client.force_login(tenant_admin)
+    families = scrape(client, REMOTE_ADDR="203.0.113.9")
+    assert tenant_labels(families, "qassist_requests") == {"acme"}
+    assert tenant_labels(families, "qassist_refusals") == {"acme"}
+    assert "globex" not in client.get("/metrics", REMOTE_ADDR="203.0.113.9").content.decode()
+
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    families = scrape(client, REMOTE_ADDR="203.0.113.9")
+    assert tenant_labels(families, "qassist_requests") == {"acme", "globex"}
+    assert tenant_labels(families, "qassist_refusals") == {"acme", "globex"}
+    # The monitoring host sees every tenant's too.
+    client.logout()
+    assert tenant_labels(scrape(client), "qassist_refusals") == {"acme", "globex"}
+
+
+def test_the_engine_page_shows_a_tenant_admin_only_their_tenants_refusals(
+    client: Client, engine_client: LocalEngineClient, tenant_admin: User, other_admin: User
+) -> None:
+    metrics.record_refusal(reason="rate_limited", tenant="acme")
+    metrics.record_refusal(reason="quota_exceeded", tenant="globex")
+
+    client.force_login(tenant_admin)
+    data = client.get("/admin/engine/?format=json").json()
+    assert data["refusals"] == [[["rate_limited", "acme"], 1]]
+    assert "globex" not in client.get("/admin/engine/").content.decode()
+
+    client.force_login(other_admin)
+    assert client.get("/admin/engine/?format=json").json()["refusals"] == [
+        [["quota_exceeded", "globex"], 1]
+    ]
+
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    refusals = client.get("/admin/engine/?format=json").json()["refusals"]
+    assert [reason_tenant for reason_tenant, _ in refusals] == [
+        ["quota_exceeded", "globex"],
+        ["rate_limited", "acme"],
+    ]

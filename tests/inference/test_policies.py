@@ -770,7 +770,75 @@ def test_with_nothing_running_a_prompt_gets_the_whole_step():
         g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, i % 7))
     assert g.prompt_allowance(0, 256) == 256
     assert g.prompt_allowance(16, 256) in (21, 22)  # 0.6 * 0.141 s of prompt tokens at 4 ms
-    assert g.prompt_allowance(1, 256) == 8  # never below a minimum chunk: prompts progress
+    no_floor = SpeedGovernor(floor=0.0, maximum=48, initial=16, model=g.model)
+    assert no_floor.prompt_allowance(1, 256) == 8  # never below a minimum chunk: prompts progress
+
+
+def test_beside_streams_faster_than_the_floor_prompts_may_slow_them_down_to_it():
+    # One stream decodes in 51 ms: held to 1.6 times that, a prompt would get 7 tokens a step
+    # (8, the minimum) and pay a whole step's fixed cost for them; the floor's step is 174 ms.
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16, ttft_target=2.0, hard_floor=2.5)
+    for i in range(100):
+        g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, i % 7))
+    chunk = g.prompt_allowance(1, 256)
+    assert chunk in (30, 31)  # (1 / (5 x 1.15) - 0.051 s) / 4 ms
+    assert 1 / cost(1, chunk) >= 5.0 * HEADROOM * 0.97  # the stream keeps the floor
+    # A reply whose prompt is computed has waited past the target: down to the hard minimum.
+    overdue = g.prompt_allowance(1, 256, overdue=True)
+    assert overdue in (73, 74)  # (1 / (2.5 x 1.15) - 0.051 s) / 4 ms
+    assert 1 / cost(1, overdue) >= 2.5 * HEADROOM * 0.97
+    # Sixteen streams are at the floor already: the stretch bound is the larger one.
+    assert g.prompt_allowance(16, 256) in (21, 22)
+
+
+def one_stream_with_a_floor() -> tuple[FakeRunner, Engine, SamplingParams]:
+    """One long reply streaming on this machine's step times, under the product's floor (5
+    tokens/s, yielding to 2.5 once a reply has waited 2 s), the line learned."""
+    runner = FakeRunner(
+        n_seq_max=32,
+        n_ctx=100_000,
+        reply_for=lambda p: "y" * (2000 if p.startswith("s") else 5),
+    )
+    runner.step_seconds = cost
+    engine = make_engine(
+        runner,
+        max_batch_tokens=256,
+        max_queue=64,
+        min_stream_speed=5.0,
+        hard_min_stream_speed=2.5,
+        ttft_target=2.0,
+    )
+    params = SamplingParams(temperature=0, max_tokens=4000)
+    engine.add_request("s0", [ChatMessage("user", "s0")], params)
+    for i in range(30):  # the line needs steps of several shapes
+        engine.add_request(f"w{i}", [ChatMessage("user", "x" * (i % 5))], params)
+        engine.step()
+        engine.step()
+    return runner, engine, params
+
+
+def chunks_of(runner: FakeRunner, rid: str) -> list[int]:
+    return [n for batch in runner.batches for r, n in batch.prefills if r == rid and batch.decodes]
+
+
+def test_a_prompt_beside_one_fast_stream_is_computed_in_chunks_the_floor_allows():
+    runner, engine, params = one_stream_with_a_floor()
+    engine.add_request("long", [ChatMessage("user", "x" * 600)], params)
+    engine.step()
+    engine.step()
+    chunk = max(chunks_of(runner, "long"))
+    assert chunk >= 25  # not the 8 tokens that 1.6 times one stream's 51 ms step allows
+    assert 1 / cost(1, chunk) >= 5.0  # the stream keeps the floor
+
+
+def test_a_prompt_that_waited_past_the_first_token_target_gets_the_hard_minimums_step():
+    runner, engine, params = one_stream_with_a_floor()
+    engine.add_request("late", [ChatMessage("user", "x" * 600)], params, waited=3.0)
+    engine.step()
+    engine.step()
+    chunk = max(chunks_of(runner, "late"))
+    assert chunk >= 60  # about (348 ms - 51 ms) / 4 ms
+    assert 1 / cost(1, chunk) >= 2.5  # the stream keeps the hard minimum
 
 
 def test_prompt_tokens_measured_as_free_leave_the_whole_step_to_prompts():

@@ -59,6 +59,23 @@ def test_an_assistant_turn_or_a_stored_reply_cannot_inject_either(tokenizer):
     assert tokens.count(im_start) == rendered_turns + 1  # + the generation prompt
 
 
+def test_custom_instructions_cannot_inject_control_tokens_either(tokenizer):
+    from chat.services import system_messages
+    from tenants.models import Tenant
+
+    opening = system_messages(
+        tenant=Tenant(system_prompt="Be brief."), knowledge_on=False, instructions=INJECTION
+    )
+    assert [m.role for m in opening] == ["system", "system"]  # the tenant's first, then theirs
+    tokens = tokenizer.tokenize_parts(
+        tokenizer.render_prompt([*opening, ChatMessage("user", "hello")])
+    )
+    # The tenant's system turn, the instructions' turn, the user's, the assistant's opening.
+    assert tokens.count(special_ids(tokenizer, "<|im_start|>")) == 4
+    text = b"".join(tokenizer.token_bytes(t) for t in tokens).decode()
+    assert INJECTION in text
+
+
 def test_the_web_side_count_equals_the_engines_prompt_tokens(tokenizer):
     engine = make_engine(n_seq_max=1)
     try:

@@ -326,3 +326,51 @@ def test_a_new_conversation_copies_a_shared_system_prompt_and_leaves_the_kept_on
     run_step(s)
     assert follow.seq_id == first.seq_id
     assert follow.num_cached == len(kept)
+
+
+def test_a_long_prompt_waits_while_another_is_computed_and_a_short_one_passes_it():
+    s = sched(n_seq_max=4, max_batch_tokens=16)
+    first = req("first", 100, max_tokens=4)
+    s.add(first)
+    run_step(s)  # 16 of its 100 tokens computed: 84 left, more than a step's budget
+    second = req("second", 100, max_tokens=4, prompt=[500 + i for i in range(100)])
+    short = req("short", 10, max_tokens=4, prompt=[900 + i for i in range(10)])
+    s.add(second)
+    s.add(short)
+    out = run_step(s)
+    # The second long prompt stays in the queue (its conversation out of the KV pool); the
+    # short one behind it is admitted and computed at once.
+    assert [r.request_id for r in out.admitted] == ["short"]
+    assert status(second) is RequestStatus.WAITING
+    assert short.prefill_done
+    while len(first.prompt_tokens) - first.num_computed >= 16:
+        assert status(second) is RequestStatus.WAITING
+        run_step(s)
+    run_step(s)  # less than a step's worth left: the next long prompt is admitted
+    assert status(second) is RequestStatus.RUNNING
+
+
+def test_long_prompts_are_admitted_together_when_the_backlog_allows():
+    s = sched(n_seq_max=4, max_batch_tokens=16, max_prefill_backlog=1000)
+    for rid in ("a", "b", "c"):
+        s.add(req(rid, 100, prompt=[ord(rid) * 1000 + i for i in range(100)]))
+    out = run_step(s)
+    assert [r.request_id for r in out.admitted] == ["a", "b", "c"]
+
+
+def test_a_follow_up_whose_history_is_kept_counts_only_its_new_tokens():
+    s = sched(n_seq_max=4, max_batch_tokens=16)
+    turn1 = req("t1", 80, max_tokens=2)
+    s.add(turn1)
+    while not turn1.output_tokens:
+        run_step(s)
+    s.finish(turn1, FinishReason.STOP)  # its KV stays kept in its sequence
+    s.add(req("long", 100, prompt=[500 + i for i in range(100)]))
+    run_step(s)  # a long prompt is being computed
+    history = turn1.prompt_tokens + turn1.output_tokens
+    follow_up = req("t2", prompt=[*history, 4, 5, 6])
+    s.add(follow_up)
+    # The kept conversation holds the rest (but the last reply token, never decoded).
+    assert s.uncached_estimate(follow_up) == 4
+    out = run_step(s)
+    assert follow_up in out.admitted  # short: it does not wait for the long prompt

@@ -264,3 +264,147 @@ async def test_a_request_queued_past_the_wait_bound_is_answered_busy(prefix):
     assert events[-1].retry_after
     r = redis.Redis.from_url(REDIS_URL)
     assert r.zcard(f"{prefix}:queue") == 0
+
+
+async def test_a_queued_client_hears_the_wait_its_workers_predict(prefix):
+    # A worker taking nothing, whose sequences free in 3 and 5 s and then hold a reply 10 s.
+    transport = RedisWorkerTransport(REDIS_URL, prefix=prefix)
+    # A snapshot time ahead of this clock (another machine's) ages nothing: exact figures.
+    ahead = time.time() + 60
+    transport.heartbeat({"queue_slots": [[3.0, 10.0], [5.0, 10.0]], "status_time": ahead})
+    c = client(prefix)
+    heard = []
+
+    async def listen(rid):
+        async for event in c.generate(sub(rid)):
+            heard.append((rid, event))
+
+    tasks = [asyncio.ensure_future(listen(rid)) for rid in ("one", "two", "three")]
+    try:
+        await asyncio.sleep(0.7)
+        told = {rid: (e.position, e.estimated_wait) for rid, e in heard if e.type == "queued"}
+        assert told == {"one": (1, 3.0), "two": (2, 5.0), "three": (3, 13.0)}
+        # A snapshot two seconds old: its sequences free two seconds sooner from now.
+        transport.heartbeat({"queue_slots": [[3.0, 10.0]], "status_time": time.time() - 2})
+        estimate = await c._estimate(0, await c.live_workers())
+        assert estimate is not None
+        assert estimate <= 1.0
+    finally:
+        for rid in ("one", "two", "three"):
+            await c.cancel(rid)
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        transport.close()
+
+
+async def test_a_worker_tells_the_shared_queue_its_wait_and_the_client_passes_it_on(prefix):
+    runner = FakeRunner(n_seq_max=1, step_delay=0.005, reply_for=lambda p: "z" * 2000)
+    runner.step_seconds = lambda decode, prefill: 0.05
+    c = client(prefix)
+    with WorkerThread(prefix, runner) as w:
+        w.worker.heartbeat_interval = 0.2
+        first = c.generate(sub("first"))
+        async for event in first:
+            if isinstance(event, Delta):
+                break
+        second = c.generate(sub("second"))
+        estimate = None
+        async for event in second:  # its stream: queue places until the worker says a wait
+            assert event.type == "queued"
+            estimate = event.estimated_wait
+            if estimate is not None:
+                break
+        await second.aclose()
+        await first.aclose()
+    # The running reply's remaining tokens at 0.05 s a step, as the worker's step line says.
+    assert estimate is not None
+    assert 0 < estimate <= 2000 * 0.05
+
+
+async def test_a_worker_reads_when_the_shared_queues_oldest_reply_was_asked(prefix):
+    c = client(prefix)
+    title = Submission(
+        "title",
+        (ChatMessage("user", "name it"),),
+        SamplingParams(temperature=0),
+        background=True,
+        submitted_at=NOW - 9,
+    )
+    await enqueue_all(c, [title, tenant_sub("newer", "a", at=-1), tenant_sub("older", "b", at=-3)])
+    worker = RedisWorkerTransport(REDIS_URL, prefix=prefix)
+    try:
+        # Background work waited longest, but nobody waits on it: the oldest *reply* counts.
+        assert worker.oldest_waiting() == NOW - 3
+        worker.fetch(3, 0)
+        assert worker.oldest_waiting() is None
+    finally:
+        worker.close()
+
+
+def turn_sub(rid, conversation, *, at):
+    return Submission(
+        rid,
+        (ChatMessage("user", rid),),
+        SamplingParams(temperature=0),
+        tenant="t",
+        submitted_at=at,
+        conversation=conversation,
+    )
+
+
+async def test_a_conversations_turn_waits_briefly_for_the_worker_holding_its_history(prefix):
+    c = client(prefix)
+    holder = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="holder", affinity=60)
+    other = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="other", affinity=60)
+    try:
+        for worker in (holder, other):
+            worker.heartbeat({})
+        now = time.time()
+        await enqueue_all(c, [turn_sub("turn1", "conv-a", at=now)])
+        assert [s.request_id for s in holder.fetch(1, 0)] == ["turn1"]  # it runs turn 1
+        # Turn 2 of that conversation, and a new conversation's first turn behind it.
+        await enqueue_all(c, [turn_sub("turn2", "conv-a", at=now), turn_sub("new", "b", at=now)])
+        assert [s.request_id for s in other.fetch(2, 0)] == ["new"]  # turn 2 is left alone
+        assert [s.request_id for s in holder.fetch(2, 0)] == ["turn2"]
+    finally:
+        holder.close()
+        other.close()
+
+
+async def test_past_the_affinity_window_or_without_a_live_holder_any_worker_takes_the_turn(
+    prefix,
+):
+    c = client(prefix)
+    holder = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="holder", affinity=5)
+    other = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="other", affinity=5)
+    try:
+        holder.heartbeat({})
+        other.heartbeat({})
+        now = time.time()
+        await enqueue_all(c, [turn_sub("t1", "conv-a", at=now), turn_sub("u1", "conv-b", at=now)])
+        assert {s.request_id for s in holder.fetch(2, 0)} == {"t1", "u1"}
+        # conv-a's next turn has waited past the window: the free worker computes it.
+        await enqueue_all(c, [turn_sub("t2", "conv-a", at=now - 6)])
+        assert [s.request_id for s in other.fetch(1, 0)] == ["t2"]
+        # The holder went away (its heartbeat gone): conv-b's next turn does not wait for it.
+        holder.retire()
+        await enqueue_all(c, [turn_sub("u2", "conv-b", at=time.time())])
+        assert [s.request_id for s in other.fetch(1, 0)] == ["u2"]
+    finally:
+        holder.close()
+        other.close()
+
+
+async def test_with_affinity_off_any_worker_takes_a_conversations_turn(prefix):
+    c = client(prefix)
+    holder = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="holder", affinity=0)
+    other = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="other", affinity=0)
+    try:
+        holder.heartbeat({})
+        other.heartbeat({})
+        await enqueue_all(c, [turn_sub("t1", "conv-a", at=time.time())])
+        assert [s.request_id for s in holder.fetch(1, 0)] == ["t1"]
+        await enqueue_all(c, [turn_sub("t2", "conv-a", at=time.time())])
+        assert [s.request_id for s in other.fetch(1, 0)] == ["t2"]
+    finally:
+        holder.close()
+        other.close()

@@ -174,3 +174,21 @@ def test_parked_background_work_does_not_stop_the_worker_taking_replies():
     transport.submit(sub("b", "second"), Collect())
     worker.run_once()
     assert {r.request_id for r in worker.engine.scheduler.running} == {"a", "b"}
+
+
+def test_a_worker_computing_long_prompts_leaves_the_rest_of_the_shared_queue_to_others():
+    transport = SharedQueue()
+    engine = make_engine(FakeRunner(n_seq_max=8), max_batch_tokens=32)
+    worker = EngineWorker(engine, transport, idle_wait=0)
+    for i in range(4):
+        transport.submit(sub(f"long{i}", "passage " * 60), Collect())
+    worker.run_once()
+    # It took one, and stopped: its prompt is more than a step's worth to compute.
+    assert (engine.num_running, engine.num_waiting, transport.pending_count()) == (1, 0, 3)
+    assert engine.scheduler.prefill_full
+    # While that one is computed, one more may wait here to start next; the rest stay in the
+    # shared queue for a worker with room.
+    worker.run_once()
+    assert (engine.num_running, engine.num_waiting, transport.pending_count()) == (1, 1, 2)
+    worker.run_once()
+    assert (engine.num_running, engine.num_waiting, transport.pending_count()) == (1, 1, 2)

@@ -27,6 +27,9 @@ class BeatCounter:
     def cancellations(self) -> Sequence[str]:
         return []
 
+    def oldest_waiting(self) -> float | None:
+        return None
+
     def publish(self, events: Sequence[Event]) -> None:
         pass
 

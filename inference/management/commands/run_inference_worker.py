@@ -45,6 +45,8 @@ class Command(BaseCommand):
             prefix=settings.QASSIST_REDIS_PREFIX,
             worker_id=options["worker_id"],
             aging=settings.QASSIST_QUEUE_AGING_SECONDS,
+            affinity=settings.QASSIST_CONVERSATION_AFFINITY_SECONDS,
+            heartbeat_timeout=settings.QASSIST_WORKER_HEARTBEAT_SECONDS,
         )
         worker = EngineWorker(engine, transport)
 
@@ -54,10 +56,16 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        floor = f"streams kept at {settings.QASSIST_MIN_STREAM_SPEED:g} tokens/s or more"
+        if settings.QASSIST_MIN_STREAM_SPEED > 0 and settings.QASSIST_TTFT_TARGET_SECONDS > 0:
+            floor += (
+                f" (down to {settings.QASSIST_MIN_STREAM_SPEED_HARD:g} once a request has waited "
+                f"{settings.QASSIST_TTFT_TARGET_SECONDS:g} s)"
+            )
         self.stdout.write(
             f"inference worker {transport.worker_id}: {engine.runner.n_seq_max} sequences, "
             f"{engine.runner.n_ctx} KV cells, up to {engine.runner.max_seq_tokens} tokens each, "
-            f"streams kept at {settings.QASSIST_MIN_STREAM_SPEED:g} tokens/s or more"
+            + floor
         )
         worker.maybe_heartbeat(force=True)
         heartbeat = threading.Thread(target=worker.heartbeat_forever, name="heartbeat", daemon=True)
