@@ -1,6 +1,8 @@
 """Company-shaped workloads (issue #9): conversations, more users than sequences, fair shares.
 
     python -m bench.company --model qwen2.5-coder-0.5b --scenario company --users 16,32,50
+    python -m bench.company --scenario company --policies old,new   # the floor as a wall, then
+                                                                    # yielding (issue #23)
     python -m bench.company --scenario turns          # 32 conversations x 6 turns, 16 sequences,
                                                       # host cache on, then off
     python -m bench.company --scenario fairness       # tenant A sends 40, then tenant B 4
@@ -12,6 +14,17 @@
   per employee) against llama.cpp's `llama-server` on the same workload over its OpenAI API
   (the whole history sent each turn, as OpenAI clients do), with `-np` matched to the users and
   the unified KV cache (`--kv-unified`), and `-np 16` too with `--server-np`.
+  `--policies old,new` runs qassist twice in one run, each with a worker of its own: `old` is
+  the speed floor as a wall (`QASSIST_TTFT_TARGET_SECONDS=0`), `new` yields to the first-token
+  target (`--ttft-target`, `--hard-min-stream-speed`). Reported besides tokens/s and TTFT:
+  each user's median stream speed (the slowest user's and the median user's), replies refused
+  `busy` (the wait bound, `--max-wait`), how often and how long the floor yielded (the
+  worker's counters), and the turns that waited in line with an estimated wait, with how far
+  the first estimate was from the wait that followed.
+- **scale-out**: the company workload (`--users`, e.g. 32) on one inference worker pinned to
+  one core (`taskset`, one thread), then on two workers pinned to one core each, taking from
+  the same shared queue (issue #24). Reported: tokens/s and its ratio to one worker, TTFT, warm
+  follow-ups, and the replies and tokens each worker served.
 - **turns**: 32 conversations of 6 turns over qassist with 16 sequences and the speed floor
   off, once with the host-memory cache and once without: per-turn TTFT, and how many
   follow-up turns found their history (the worker's counters).
@@ -36,6 +49,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +65,6 @@ from bench.run import (
     process,
     qassist_env,
     wait_http,
-    worker_stats,
 )
 
 THINK = (0.5, 2.0)  # seconds between a reply and the user's next message
@@ -67,6 +80,9 @@ class Turn:
     sent_at: float
     first_at: float
     error: str = ""
+    code: str = ""  # the error frame's code (busy: refused by the wait bound)
+    # Queue frames heard while it waited: (seconds since sent, estimated wait or None).
+    queued: list[tuple[float, float | None]] = field(default_factory=list)
 
     @property
     def stream_tps(self) -> float:
@@ -82,6 +98,8 @@ class Run:
     turns: list[Turn] = field(default_factory=list)
     worker: dict[str, Any] = field(default_factory=dict)
     load: tuple[str, str] = ("", "")
+    # With several workers: worker id -> (replies finished, tokens generated) in this run.
+    split: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> list[Turn]:
@@ -97,6 +115,21 @@ class Run:
             return float("nan")
         return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
+    @property
+    def busy(self) -> int:
+        return sum(t.code == "busy" for t in self.turns)
+
+    def estimates(self) -> tuple[int, int, float]:
+        """Turns that waited in line, those told an estimated wait, and the median of (the
+        wait that followed the first estimate) minus (that estimate), in seconds."""
+        queued = [t for t in self.ok if t.queued]
+        errors = []
+        for t in queued:
+            told = next(((at, e) for at, e in t.queued if e is not None), None)
+            if told is not None:
+                errors.append((t.ttft - told[0]) - told[1])
+        return len(queued), len(errors), statistics.median(errors) if errors else float("nan")
+
     def stream_speeds(self) -> list[float]:
         """Each stream's speed: the median over a user's replies, one value per user."""
         per_user: dict[int, list[float]] = {}
@@ -104,6 +137,37 @@ class Run:
             if t.stream_tps > 0:
                 per_user.setdefault(t.user, []).append(t.stream_tps)
         return sorted(statistics.median(v) for v in per_user.values())
+
+
+def all_worker_stats(base: str) -> list[dict[str, Any]]:
+    """Every live worker's heartbeat numbers, as /healthz lists them."""
+    health = httpx.get(f"{base}/healthz", timeout=5).json()
+    return list(health.get("engine", {}).get("workers", []))
+
+
+def finished(stats: dict[str, Any]) -> int:
+    return int(sum((stats.get("finished") or {}).values()))
+
+
+def summed(workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The workers' counters added up (numbers, and the TTFT histogram's sum and counts)."""
+    if len(workers) == 1:
+        return workers[0]
+    total: dict[str, Any] = {}
+    for stats in workers:
+        for key, value in stats.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
+        hist = (stats.get("histograms") or {}).get("ttft_seconds") or {}
+        if hist:
+            mine = total.setdefault("histograms", {}).setdefault(
+                "ttft_seconds", {"sum": 0.0, "counts": [0] * len(hist.get("counts", []))}
+            )
+            mine["sum"] += hist.get("sum", 0.0)
+            mine["counts"] = [
+                a + b for a, b in zip(mine["counts"], hist.get("counts", []), strict=True)
+            ]
+    return total
 
 
 def loadavg() -> str:
@@ -177,12 +241,18 @@ async def ws_conversation(
         for i, content in enumerate(messages):
             sent = time.perf_counter()
             first = None
+            code = ""
+            queued: list[tuple[float, float | None]] = []
             await ws.send(json.dumps({"type": "chat.send", "session": session, "content": content}))
             while True:
                 frame = json.loads(await ws.recv())
                 kind = frame["type"]
                 if kind == "reply.start":
                     session = frame["session"]["id"]
+                elif kind == "queued":
+                    queued.append((time.perf_counter() - sent, frame.get("estimated_wait")))
+                elif kind == "error" and "reply_id" in frame:
+                    code = frame.get("code", "")
                 elif kind == "delta":
                     now = time.perf_counter()
                     first = first or now
@@ -205,6 +275,8 @@ async def ws_conversation(
                             sent,
                             first or end,
                             error,
+                            code,
+                            queued,
                         )
                     )
                     break
@@ -228,7 +300,7 @@ class Qassist:
                 "QASSIST_MIN_STREAM_SPEED": str(args.min_stream_speed),
                 "QASSIST_HOST_CACHE_MB": str(args.host_cache_mb),
                 "QASSIST_MAX_SEQ_TOKENS": "4096",
-                "QASSIST_MAX_WAIT_SECONDS": "600",
+                "QASSIST_MAX_WAIT_SECONDS": str(args.max_wait),
                 "QASSIST_USER_MAX_STREAMS": "4",
                 # The machine is shared: a step slowed by other processes is not a dead worker.
                 "QASSIST_WORKER_HEARTBEAT_SECONDS": "30",
@@ -239,48 +311,139 @@ class Qassist:
         self.workdir = workdir
         subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], env=env, cwd=ROOT, check=True)
 
-    def run(self, scenario: Any) -> Any:
+    def run(self, scenario: Any, *, workers: int = 1, pinned: bool = False) -> Any:
+        """`scenario(self, base, ws_url)` against daphne and `workers` inference workers on the
+        shared Redis queue; `pinned`: worker i runs on core i alone (`taskset`, one thread)."""
         env, logs = self.env, self.args.logs
         port = free_port()
         base, ws_url = f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}/ws/chat/"
         daphne = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                   "qassist.asgi:application"]  # fmt: skip
-        worker = [PYTHON, "manage.py", "run_inference_worker"]
-        with (
-            process(worker, env, logs / "worker.log"),
-            process(daphne, env, logs / "web.log") as web,
-        ):
+        with ExitStack() as stack:
+            for i in range(workers):
+                worker = [PYTHON, "manage.py", "run_inference_worker", "--worker-id", f"w{i + 1}"]
+                worker_env = env
+                if pinned:
+                    worker = ["taskset", "-c", str(i), *worker]
+                    worker_env = {**env, "QASSIST_THREADS": "1"}
+                stack.enter_context(process(worker, worker_env, logs / f"worker{i + 1}.log"))
+            web = stack.enter_context(process(daphne, env, logs / "web.log"))
             wait_http(f"{base}/healthz", 180, web, logs / "web.log")
+            deadline = time.monotonic() + 180
+            while len(all_worker_stats(base)) < workers:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{workers} workers did not all report; see {logs}")
+                time.sleep(0.5)
             return scenario(self, base, ws_url)
+
+
+def policy_env(policy: str, args: argparse.Namespace) -> tuple[str, dict[str, str]]:
+    """The worker's settings for a speed-floor policy, and its name in the tables."""
+    floor = f"floor {args.min_stream_speed:g}"
+    if policy == "old":
+        return f"qassist old ({floor}, no yield)", {"QASSIST_TTFT_TARGET_SECONDS": "0"}
+    if policy == "new":
+        name = (
+            f"qassist new ({floor}, yields to {args.hard_min_stream_speed:g} "
+            f"past {args.ttft_target:g} s)"
+        )
+        return name, {
+            "QASSIST_TTFT_TARGET_SECONDS": str(args.ttft_target),
+            "QASSIST_MIN_STREAM_SPEED_HARD": str(args.hard_min_stream_speed),
+        }
+    raise SystemExit(f"unknown policy {policy!r}: old or new")
 
 
 def qassist_company(model: Path, args: argparse.Namespace, users_list: list[int]) -> list[Run]:
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="qassist-company-") as tmp:
-        q = Qassist(model, args, Path(tmp))
-        most = max(users_list)
-        cookies = make_accounts(q.env, {"acme": (most, COMPANY_SYSTEM_PROMPT)})["acme"]
+    for policy in args.policies.split(","):
+        name, overrides = policy_env(policy.strip(), args)
+        # A worker of its own for each policy, one after the other in this run.
+        with tempfile.TemporaryDirectory(prefix="qassist-company-") as tmp:
+            q = Qassist(model, args, Path(tmp), **overrides)
+            most = max(users_list)
+            cookies = make_accounts(q.env, {"acme": (most, COMPANY_SYSTEM_PROMPT)})["acme"]
 
-        def scenario(q: Qassist, base: str, ws_url: str) -> None:
-            asyncio.run(ws_conversation(ws_url, base, cookies[0], 0, ["Say OK."], think=False))
-            for users in users_list:
-                runs.append(
-                    run_users(
-                        "qassist",
-                        users,
-                        args.turns,
-                        lambda u, msgs: ws_conversation(ws_url, base, cookies[u], u, msgs),
-                        base,
+            def scenario(
+                q: Qassist, base: str, ws_url: str, cookies: list[str] = cookies, name: str = name
+            ) -> None:
+                asyncio.run(ws_conversation(ws_url, base, cookies[0], 0, ["Say OK."], think=False))
+                for users in users_list:
+                    runs.append(
+                        run_users(
+                            name,
+                            users,
+                            args.turns,
+                            lambda u, msgs: ws_conversation(ws_url, base, cookies[u], u, msgs),
+                            base,
+                        )
                     )
-                )
 
-        q.run(scenario)
+            q.run(scenario)
     return runs
+
+
+def qassist_scale_out(model: Path, args: argparse.Namespace, users_list: list[int]) -> list[Run]:
+    """The company workload on one worker pinned to one core, then on two workers pinned to
+    one core each, on the same shared queue (issue #24): what a second worker buys."""
+    runs: list[Run] = []
+    for workers in (1, 2):
+        with tempfile.TemporaryDirectory(prefix="qassist-scale-") as tmp:
+            q = Qassist(model, args, Path(tmp))
+            cookies = make_accounts(q.env, {"acme": (max(users_list), COMPANY_SYSTEM_PROMPT)})[
+                "acme"
+            ]
+            name = f"qassist, {workers} worker{'s' if workers > 1 else ''} x 1 core"
+
+            def scenario(
+                q: Qassist,
+                base: str,
+                ws_url: str,
+                name: str = name,
+                cookies: list[str] = cookies,
+                workers: int = workers,
+            ) -> None:
+                for i in range(workers):  # each worker's first steps measure its step line
+                    asyncio.run(
+                        ws_conversation(ws_url, base, cookies[i], i, ["Say OK."], think=False)
+                    )
+                for users in users_list:
+                    runs.append(
+                        run_users(
+                            name,
+                            users,
+                            args.turns,
+                            lambda u, msgs: ws_conversation(ws_url, base, cookies[u], u, msgs),
+                            base,
+                        )
+                    )
+
+            q.run(scenario, workers=workers, pinned=True)
+    return runs
+
+
+def scale_out_table(runs: list[Run]) -> str:
+    lines = [
+        "| system | users | tokens/s | x one worker | TTFT p50 | TTFT p95 | follow-ups warm "
+        "| replies / tokens per worker |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    one = {r.users: r.tps for r in runs if r.system.startswith("qassist, 1 ")}
+    for r in sorted(runs, key=lambda r: (r.users, r.system)):
+        warm = f"{r.worker.get('follow_ups_warm', 0)}/{r.worker.get('follow_ups', 0)}"
+        split = ", ".join(f"{w}: {n} / {t}" for w, (n, t) in r.split.items()) or "—"
+        ratio = r.tps / one[r.users] if one.get(r.users) else float("nan")
+        lines.append(
+            f"| {r.system} | {r.users} | {r.tps:.1f} | {ratio:.2f}x | {r.ttft(0.5):.2f} s | "
+            f"{r.ttft(0.95):.2f} s | {warm} | {split} |"
+        )
+    return "\n".join(lines)
 
 
 def run_users(system: str, users: int, turns: int, make, base: str | None = None) -> Run:
     run = Run(system, users)
-    before = worker_stats(base) if base else {}
+    before_each = {w["id"]: w for w in all_worker_stats(base)} if base else {}
+    before = summed(list(before_each.values()))
     start_load = loadavg()
 
     async def all_users() -> list[list[Turn]]:
@@ -292,14 +455,27 @@ def run_users(system: str, users: int, turns: int, make, base: str | None = None
     run.turns = [t for r in results for t in r]
     run.load = (start_load, loadavg())
     if base:
-        after = worker_stats(base)
+        after_each = {w["id"]: w for w in all_worker_stats(base)}
+        after = summed(list(after_each.values()))
+        if len(after_each) > 1:
+            # How the shared queue's work split between the workers: replies finished and
+            # tokens generated by each during this run.
+            run.split = {
+                wid: (
+                    finished(w) - finished(before_each.get(wid, {})),
+                    int(w.get("generated_tokens", 0))
+                    - int(before_each.get(wid, {}).get("generated_tokens", 0)),
+                )
+                for wid, w in sorted(after_each.items())
+            }
         run.worker = {
             k: after.get(k, 0) - before.get(k, 0)
             for k in ("follow_ups", "follow_ups_warm", "restored_tokens", "reused_tokens",
-                      "prefill_tokens", "generated_tokens", "steps", "kv_compactions")
+                      "prefill_tokens", "generated_tokens", "steps", "kv_compactions",
+                      "floor_yields")
         }  # fmt: skip
         # Where the worker's time went: inside llama_decode, in its steps, and in all.
-        for k in ("decode_seconds", "step_seconds"):
+        for k in ("decode_seconds", "step_seconds", "floor_yielded_seconds"):
             run.worker[k] = round(after.get(k, 0.0) - before.get(k, 0.0), 1)
         run.worker["wall_seconds"] = round(run.wall, 1)
         errors = after.get("errors", {})
@@ -537,11 +713,13 @@ def print_run(r: Run) -> None:
     speeds = r.stream_speeds()
     turns = sorted({t.turn for t in r.ok})
     per_turn = " ".join(f"t{t + 1} {r.ttft(0.5, t):.2f}" for t in turns)
+    queued, estimated, off = r.estimates()
     print(
         f"{r.system:40s} users={r.users:<3d} {r.tps:6.1f} tok/s  TTFT p50 {r.ttft(0.5):5.2f} "
         f"p95 {r.ttft(0.95):5.2f} s  per-turn p50 [{per_turn}]  stream median "
         f"{statistics.median(speeds) if speeds else 0:.1f} min {min(speeds) if speeds else 0:.1f} "
-        f"tok/s  errors {len(r.turns) - len(r.ok)}  load {r.load[0]}->{r.load[1]}  "
+        f"tok/s  errors {len(r.turns) - len(r.ok)} (busy {r.busy})  queued {queued} "
+        f"(estimated {estimated}, estimate error p50 {off:+.1f} s)  load {r.load[0]}->{r.load[1]}  "
         f"{json.dumps(r.worker) if r.worker else ''}",
         flush=True,
     )
@@ -552,10 +730,11 @@ def print_run(r: Run) -> None:
 def markdown(runs: list[Run]) -> str:
     lines = [
         "| system | users | tokens/s | TTFT p50 | TTFT p95 | TTFT p50 by turn | per-stream "
-        "tok/s (min / median of users' medians) | follow-ups warm | errors | load avg start→end |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "tok/s (min / median of users' medians) | follow-ups warm | errors (busy) | floor "
+        "yielded | waited in line (with an estimate; estimate error p50) | load avg start→end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in runs:
+    for r in sorted(runs, key=lambda r: r.users):  # each user count's systems side by side
         speeds = r.stream_speeds()
         turns = sorted({t.turn for t in r.ok})
         by_turn = " / ".join(f"{r.ttft(0.5, t):.2f}" for t in turns)
@@ -564,11 +743,19 @@ def markdown(runs: list[Run]) -> str:
             if r.worker.get("follow_ups")
             else "—"
         )
+        yielded = (
+            f"{r.worker['floor_yields']} times, {r.worker.get('floor_yielded_seconds', 0):g} s"
+            if "floor_yields" in r.worker
+            else "—"
+        )
+        queued, estimated, error = r.estimates()
+        waits = f"{queued} ({estimated}; {error:+.1f} s)" if queued else "0"
         lines.append(
             f"| {r.system} | {r.users} | {r.tps:.1f} | {r.ttft(0.5):.2f} s | "
             f"{r.ttft(0.95):.2f} s | {by_turn} | "
             f"{min(speeds) if speeds else 0:.1f} / {statistics.median(speeds) if speeds else 0:.1f}"
-            f" | {warm} | {len(r.turns) - len(r.ok)} | {r.load[0]}→{r.load[1]} |"
+            f" | {warm} | {len(r.turns) - len(r.ok)} ({r.busy}) | {yielded} | {waits} | "
+            f"{r.load[0]}→{r.load[1]} |"
         )
     return "\n".join(lines)
 
@@ -579,7 +766,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument(
-        "--scenario", choices=["company", "turns", "fairness", "long"], default="company"
+        "--scenario",
+        choices=["company", "turns", "fairness", "long", "scale-out"],
+        default="company",
     )
     parser.add_argument("--users", default="16,32,50")
     parser.add_argument("--turns", type=int, default=4)
@@ -589,8 +778,33 @@ def main() -> None:
     parser.add_argument("--context-size", type=int, default=65536)
     parser.add_argument("--batch-tokens", type=int, default=256)
     parser.add_argument("--min-stream-speed", type=float, default=5.0)
+    parser.add_argument(
+        "--policies",
+        default="new",
+        help="speed-floor policies to run, each with its own worker: old (the floor never "
+        "yields), new (yields to the first-token target), or old,new",
+    )
+    parser.add_argument(
+        "--ttft-target", type=float, default=2.0, help="seconds before the new policy yields"
+    )
+    parser.add_argument(
+        "--hard-min-stream-speed", type=float, default=2.5, help="tokens/s the new one yields to"
+    )
+    parser.add_argument(
+        "--max-wait",
+        type=float,
+        default=None,
+        help="QASSIST_MAX_WAIT_SECONDS: replies waiting longer are refused busy; by default "
+        "the product's 90 s for the company scenario (runs before 2026-12-01 used 600), 600 "
+        "for the others (where everyone waits for 16 sequences on purpose)",
+    )
     parser.add_argument("--host-cache-mb", type=int, default=1024)
     parser.add_argument("--server-np", default="matched", help="llama-server -np: matched,16")
+    parser.add_argument(
+        "--server-users",
+        default="",
+        help="user counts llama-server is run at (default: every one of --users)",
+    )
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument("--llama-server", type=Path, default=None)
     parser.add_argument(
@@ -599,6 +813,8 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, default=Path(tempfile.mkdtemp(prefix="bench-logs-")))
     args = parser.parse_args()
     args.requests_per_client = 1
+    if args.max_wait is None:
+        args.max_wait = 90.0 if args.scenario == "company" else 600.0
     args.concurrency = []
     model = modelstore.resolve_model_path(args.model, ROOT / "models")
     print(f"model {model.name}; logs in {args.logs}", flush=True)
@@ -637,6 +853,9 @@ def main() -> None:
         return
 
     users_list = [int(u) for u in args.users.split(",")]
+    if args.scenario == "scale-out":
+        print(scale_out_table(qassist_scale_out(model, args, users_list)))
+        return
     runs = qassist_company(model, args, users_list)
     if not args.skip_server:
         binary = args.llama_server or Path(
@@ -647,7 +866,8 @@ def main() -> None:
                 check=True,
             ).stdout.strip()
         )
-        for users in users_list:
+        server_users = [int(u) for u in args.server_users.split(",")] if args.server_users else []
+        for users in server_users or users_list:
             for np in args.server_np.split(","):
                 slots = users if np == "matched" else int(np)
                 if np != "matched" and slots == users:
