@@ -27,9 +27,10 @@ from chat import services
 from chat.models import CachedReply
 from chat.services import Turn, TurnPlan
 from inference import metrics
-from inference.service import get_engine_client, get_prompt_counter
+from inference.service import PromptCounter, get_engine_client, get_prompt_counter
 from inference.types import ChatMessage, SamplingParams
 from inference.worker import Submission
+from knowledge import turns as knowledge_turns
 from tenants.limits import Plan
 from tenants.models import Tenant
 from tenants.services import (
@@ -40,6 +41,7 @@ from tenants.services import (
     limits_settle,
     principal_is_member,
     refusal_message,
+    usage_record_embeddings,
     usage_record_refusal,
 )
 
@@ -74,7 +76,15 @@ class Ticket:
     prompt_tokens: int
     plan: Plan
     cached: CachedReply | None = None
+    canned: str | None = None  # an answer given without the model (a documents-only decline)
     settled: bool = False
+
+    @property
+    def answer_without_model(self) -> str | None:
+        """The text to serve instead of generating: a cached reply's, or the canned one."""
+        if self.cached is not None:
+            return self.cached.answer
+        return self.canned
 
 
 @dataclass
@@ -133,9 +143,13 @@ def admit(
     background: bool = False,
     conversation_id: str = "",
     cacheable: bool = True,
+    cache_conversation: Sequence[ChatMessage] | None = None,
+    canned_answer: str | None = None,
 ) -> Ticket:
     """Admit one request or raise Refused (counted in /metrics by reason and tenant). Writes
-    nothing but the limit counters (and, for a refusal, a usage record saying why)."""
+    nothing but the limit counters (and, for a refusal, a usage record saying why).
+    `cache_conversation`: what a cached reply is matched on, when the model's conversation
+    carries more (passages); `canned_answer`: served instead of the model."""
     try:
         return _admit(
             principal=principal,
@@ -144,10 +158,52 @@ def admit(
             background=background,
             conversation_id=conversation_id,
             cacheable=cacheable,
+            cache_conversation=cache_conversation,
+            canned_answer=canned_answer,
         )
     except Refused as exc:
         metrics.record_refusal(reason=exc.reason, tenant=principal.tenant.slug)
         raise
+
+
+def _fresh_principal(principal: Principal) -> Principal:
+    """The principal with its tenant as it is now; Refused when it may not ask any more."""
+    tenant = Tenant.objects.filter(pk=principal.tenant.pk, active=True).first()
+    if tenant is None:
+        raise Refused("tenant_inactive", "This tenant is not active.")
+    if principal.user is not None and not principal_is_member(principal=principal):
+        raise Refused("forbidden", "You are not a member of this tenant any more.")
+    return replace(principal, tenant=tenant)
+
+
+def _counter() -> PromptCounter:
+    try:
+        return get_prompt_counter()
+    except FileNotFoundError as exc:
+        logger.warning("admission cannot count tokens: %s", exc)
+        raise Refused(
+            "worker_down", "The model is not installed on this server.", retry_after=60
+        ) from None
+
+
+def _reserve(*, plan: Plan, principal: Principal) -> None:
+    """Reserve the plan's worst case, or Refused (recorded in the usage) naming the limit."""
+    try:
+        refusal = limits_reserve(plan=plan)
+    except redis.RedisError as exc:
+        # The counters are out of reach (Redis restarting): refuse rather than serve unmetered.
+        logger.warning("admission cannot reach the limit counters: %s", exc)
+        raise Refused(
+            "unavailable", "The service is briefly unavailable; try again.", retry_after=5
+        ) from None
+    if refusal is not None:
+        usage_record_refusal(principal=principal, reason=refusal.reason)
+        raise Refused(
+            refusal.code,
+            refusal_message(refusal=refusal, plan=plan, tenant=principal.tenant),
+            reason=refusal.reason,
+            retry_after=refusal.retry_after,
+        )
 
 
 def _admit(
@@ -158,21 +214,13 @@ def _admit(
     background: bool = False,
     conversation_id: str = "",
     cacheable: bool = True,
+    cache_conversation: Sequence[ChatMessage] | None = None,
+    canned_answer: str | None = None,
 ) -> Ticket:
-    tenant = Tenant.objects.filter(pk=principal.tenant.pk, active=True).first()
-    if tenant is None:
-        raise Refused("tenant_inactive", "This tenant is not active.")
-    if principal.user is not None and not principal_is_member(principal=principal):
-        raise Refused("forbidden", "You are not a member of this tenant any more.")
-    principal = replace(principal, tenant=tenant)
+    principal = _fresh_principal(principal)
+    tenant = principal.tenant
     check_conversation_size(conversation)
-    try:
-        counter = get_prompt_counter()
-    except FileNotFoundError as exc:
-        logger.warning("admission cannot count tokens: %s", exc)
-        raise Refused(
-            "worker_down", "The model is not installed on this server.", retry_after=60
-        ) from None
+    counter = _counter()
     prompt_tokens = counter.count(conversation)
     room = counter.max_seq_tokens - prompt_tokens
     if room <= 0:
@@ -193,26 +241,13 @@ def _admit(
         streams=not background,
         rate=not background,
     )
-    try:
-        refusal = limits_reserve(plan=plan)
-    except redis.RedisError as exc:
-        # The counters are out of reach (Redis restarting): refuse rather than serve unmetered.
-        logger.warning("admission cannot reach the limit counters: %s", exc)
-        raise Refused(
-            "unavailable", "The service is briefly unavailable; try again.", retry_after=5
-        ) from None
-    if refusal is not None:
-        usage_record_refusal(principal=principal, reason=refusal.reason)
-        raise Refused(
-            refusal.code,
-            refusal_message(refusal=refusal, plan=plan, tenant=tenant),
-            reason=refusal.reason,
-            retry_after=refusal.retry_after,
-        )
+    _reserve(plan=plan, principal=principal)
     cached = None
     if cacheable and not background:
-        cached = services.cached_reply_lookup(tenant=tenant, conversation=list(conversation))
-    if cached is None and not background and get_engine_client().at_capacity():
+        matched = cache_conversation if cache_conversation is not None else conversation
+        cached = services.cached_reply_lookup(tenant=tenant, conversation=list(matched))
+    without_model = cached is not None or canned_answer is not None
+    if not without_model and not background and get_engine_client().at_capacity():
         # The engine's queue is full: refused now, like a limit, before anything is stored
         # (the queue would refuse it anyway, after the turn's writes, on a loaded machine
         # a second or more later). Background work waits its turn instead.
@@ -228,7 +263,15 @@ def _admit(
         tenant=tenant.slug,
         conversation=conversation_id,
     )
-    return Ticket(principal, tenant, submission, prompt_tokens, plan, cached)
+    return Ticket(
+        principal,
+        tenant,
+        submission,
+        prompt_tokens,
+        plan,
+        cached,
+        None if cached else canned_answer,
+    )
 
 
 def settle(*, ticket: Ticket, usage: Usage) -> None:
@@ -236,8 +279,8 @@ def settle(*, ticket: Ticket, usage: Usage) -> None:
     if ticket.settled:
         return
     ticket.settled = True
-    if ticket.cached is not None and usage.completion_tokens is None:
-        used = 0  # served from the cache: no model tokens
+    if ticket.answer_without_model is not None and usage.completion_tokens is None:
+        used = 0  # served from the cache (or canned): no model tokens
     else:
         prompt = ticket.prompt_tokens if usage.prompt_tokens is None else usage.prompt_tokens
         completion = (
@@ -290,6 +333,8 @@ def turn_begin(
         conversation=plan.conversation,
         params=params,
         conversation_id=session_id,
+        cache_conversation=plan.plain or None,
+        canned_answer=plan.canned_answer,
     )
     try:
         turn = services.turn_start(plan=plan)
@@ -311,9 +356,17 @@ def api_begin(
     """Admit a REST request, then store it as a conversation of its API key."""
     assert principal.api_key is not None
     messages = services.check_api_messages(messages)
-    conversation = services.api_conversation(tenant=principal.tenant, messages=messages)
+    conversation, passages, plain = services.api_prepare(tenant=principal.tenant, messages=messages)
+    canned = None
+    if passages is not None and passages.decline:
+        canned = knowledge_turns.decline_text(tenant=principal.tenant)
     ticket = admit(
-        principal=principal, conversation=conversation, params=params, cacheable=cacheable
+        principal=principal,
+        conversation=conversation,
+        params=params,
+        cacheable=cacheable,
+        cache_conversation=plain,
+        canned_answer=canned,
     )
     try:
         turn = services.api_turn_start(
@@ -321,9 +374,61 @@ def api_begin(
             api_key_id=principal.api_key.pk,
             messages=messages,
             external_user=external_user,
+            passages=passages,
+            conversation=conversation,
         )
     except BaseException:
         settle(ticket=ticket, usage=Usage(0, 0))
         raise
     ticket.submission = replace(ticket.submission, conversation=str(turn.session.id))
     return turn, ticket
+
+
+# --- embeddings -------------------------------------------------------------------------------
+
+
+@dataclass
+class EmbeddingTicket:
+    """Admitted texts to embed, and the reservation to settle when they are (or are not)."""
+
+    principal: Principal
+    plan: Plan
+    tokens: int
+    settled: bool = False
+
+
+def embeddings_admit(*, principal: Principal, texts: Sequence[str]) -> EmbeddingTicket:
+    """Admit an embeddings request as a completion is admitted: the tenant read fresh, its
+    texts counted with the chat model's tokenizer (the unit of every limit and quota), the
+    tokens reserved atomically against the requests and tokens per minute and the quotas.
+    Embeddings hold no stream. Refused, it raises Refused (counted in /metrics)."""
+    try:
+        # The texts are bounded by the endpoint's body (4 MiB), not by a conversation's size:
+        # an integration indexing its documents sends many at once.
+        principal = _fresh_principal(principal)
+        counter = _counter()
+        tokens = sum(counter.count_text(t) for t in texts)
+        plan = limits_plan(
+            principal=principal,
+            tenant=principal.tenant,
+            request_id=uuid.uuid4().hex,
+            tokens=tokens,
+            streams=False,
+        )
+        _reserve(plan=plan, principal=principal)
+    except Refused as exc:
+        metrics.record_refusal(reason=exc.reason, tenant=principal.tenant.slug)
+        raise
+    return EmbeddingTicket(principal, plan, tokens)
+
+
+def embeddings_settle(*, ticket: EmbeddingTicket, served: bool, latency_ms: int) -> None:
+    """End the reservation (the tokens when served, nothing when not) and record the usage."""
+    if ticket.settled:
+        return
+    ticket.settled = True
+    used = ticket.tokens if served else 0
+    limits_settle(plan=ticket.plan, used_tokens=used)
+    usage_record_embeddings(
+        principal=ticket.principal, tokens=used, latency_ms=latency_ms, ok=served
+    )

@@ -13,7 +13,8 @@ reads the batch), its unfinished items run again. An item's result is written on
 its attempt number, so a finished item is never run again and a late write from a runner
 presumed dead is dropped; a batch is marked completed only when every item has an outcome.
 A runner also gives the batch back after QASSIST_BATCH_SLICE_SECONDS and queues itself again,
-so a long batch never holds a Celery worker away from the other tasks.
+so a long batch never holds a Celery worker away from the other tasks; with Redis it does so
+sooner, between items, when a draft someone asked for waits for the worker (`_gives_way`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from chat import services
+from chat.cached_replies import drafts_waiting
 from chat.models import Batch, BatchItem
 from inference.types import ChatMessage, Delta, Done, Failed, SamplingParams
 from tenants.models import ApiKey, Tenant, UsageRecord
@@ -297,6 +299,8 @@ def _claim(batch_id: uuid.UUID, me: str) -> BatchItem | float | None:
     when nothing is left for this runner."""
     if not Batch.objects.filter(id=batch_id, runner=me, status=Batch.Status.RUNNING).exists():
         return None
+    if _gives_way():
+        return None  # the batch goes back to the queue, as at the end of its slice
     now = timezone.now()
     pending = BatchItem.objects.filter(batch_id=batch_id, status=BatchItem.Status.PENDING)
     for _ in range(5):
@@ -317,6 +321,17 @@ def _claim(batch_id: uuid.UUID, me: str) -> BatchItem | float | None:
             item.refresh_from_db()
             return item
     return None
+
+
+def _gives_way() -> bool:
+    """Whether the runner should give its batch back now, between items. With Redis a batch
+    runs on the Celery worker that also writes the drafts staff ask for; that worker takes its
+    queues in order (interactive, then batches: docs/batches.md), so a runner that gives way
+    lets a waiting draft start within an item's time rather than a slice's. Embedded, drafts run
+    on threads of their own: nothing to give way to."""
+    from inference.service import engine_mode
+
+    return engine_mode() == "redis" and drafts_waiting()
 
 
 async def _run_item(batch: Batch, item: BatchItem, stop: asyncio.Event) -> None:

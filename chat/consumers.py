@@ -6,10 +6,11 @@ reply does not belong to the socket, which only watches its conversation (a chan
 and forwards the frames. Closing the socket does not stop the reply; Stop, the user's absence
 for the grace period, or losing access does.
 
-Whatever a client sends — binary, empty, huge or malformed frames, floods — gets an error frame,
+Whatever a client sends — binary, empty, huge, malformed or too deeply nested frames, text that
+is not Unicode (a lone surrogate), floods — gets an error frame,
 never a crash: a consumer that died would orphan its reply, generating for nobody. While open,
 the connection re-checks its login and membership; losing either closes it (4403) and stops its
-reply.
+reply. A login from the identity provider is renewed with it there once due (signin.services).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from chat import admission, replies, services
 from chat.admission import Refused
 from chat.replies import ReplyRun
 from chat.services import ChatError, TurnPlan
+from qassist.json_input import JsonInputError, parse_json
+from signin import services as signin_services
 from tenants.models import Tenant
 from tenants.services import Principal, connection_allowed, membership_for
 
@@ -134,6 +137,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def _still_allowed(self) -> bool:
         session = self.scope.get("session")
         try:
+            if session is not None and session.get(signin_services.SESSION_FLAG):
+                # A session from the identity provider, due: renewed (memberships following
+                # the groups it sends now) or ended, which the check below then sees.
+                await database_sync_to_async(signin_services.provider_session_recheck)(
+                    session_key=session.session_key
+                )
             return bool(
                 await database_sync_to_async(connection_allowed)(
                     session_key=session.session_key if session is not None else None,
@@ -179,7 +188,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if not text_data.strip():
             await self._error("bad_frame", "Each frame must be a JSON object with a type.")
             return
-        await self.receive_json(await self.decode_json(text_data))
+        try:
+            content = parse_json(text_data)
+        except JsonInputError as exc:
+            if exc.kind == "surrogate":
+                await self._error("invalid_message", exc.message)
+            elif exc.kind == "depth":
+                await self._error("bad_frame", exc.message)
+            else:
+                await self._error("bad_frame", "Each frame must be a JSON object with a type.")
+            return
+        await self.receive_json(content)
 
     def _take_allowance(self) -> tuple[bool, bool]:
         """A token bucket per connection: a flood is dropped, with one notice a second.
@@ -228,12 +247,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             logger.exception("websocket frame %r failed", kind)
             await self._error("internal", "Something went wrong; try again.")
 
-    async def decode_json(self, text_data: str) -> Any:
-        try:
-            return await super().decode_json(text_data)
-        except ValueError:
-            return None
-
     async def _on_send(self, content: dict[str, Any]) -> None:
         self._check_idle()
         session_id = services.check_session_id(content.get("session"))
@@ -261,6 +274,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             tenant=self.tenant,
             session_id=session_id,
             content=content.get("content"),
+            message_id=content.get("message"),  # absent: the last question of the branch
         )
         await self._begin(plan)
 

@@ -22,27 +22,51 @@ class ChatSession(models.Model):
         related_name="chat_sessions",
     )
     api_key = models.ForeignKey(
-        "tenants.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "tenants.ApiKey",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name="API key",
+        help_text="The key of an integration's conversation (REST); empty for the browser's.",
     )
     # The `user` field of a REST request: the integration's own name for its end user.
-    external_user = models.CharField(max_length=256, blank=True)
+    external_user = models.CharField(
+        max_length=256,
+        blank=True,
+        verbose_name="integration's user",
+        help_text="The `user` an integration sent with the request.",
+    )
     title = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)
-    archived = models.BooleanField(default=False)
+    archived = models.BooleanField(
+        default=False, help_text="Archived by its owner: read-only until restored or deleted."
+    )
+    # Pinned by its owner to the top of their list (the latest pin first); None: not pinned.
+    pinned_at = models.DateTimeField(null=True, blank=True, verbose_name="pinned")
     # The last message of the branch shown and sent to the model: regenerated replies and
     # edited messages are kept as versions (siblings under one parent), and the path from the
     # first message down to this one is the conversation as the user chose it.
     branch_tip = models.ForeignKey(
-        "chat.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "chat.Message",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name="version shown",
+        help_text="The last message of the versions its owner chose to see.",
     )
 
     class Meta:
+        verbose_name = "conversation"
         ordering = ["-updated_at"]
         indexes = [models.Index(fields=["user", "-updated_at"], name="session_user_recent")]
 
     def __str__(self) -> str:
-        return self.title or f"Session {str(self.id)[:8]}"
+        # Never the title: it is the conversation's first words, and this text shows up where
+        # its reader is not meant to see content (usage records, deletion pages, the history).
+        return f"Conversation {str(self.id)[:8]}"
 
 
 class Message(models.Model):
@@ -60,7 +84,14 @@ class Message(models.Model):
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
     # The message this one follows; messages with the same parent are versions of one turn.
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="children",
+        verbose_name="follows",
+        help_text="The message this one follows; messages that follow the same one are "
+        "versions of one turn (a regenerated reply, an edited question).",
     )
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True)
@@ -71,8 +102,15 @@ class Message(models.Model):
     ttft_ms = models.PositiveIntegerField(
         null=True, blank=True, verbose_name="time to first token (ms)"
     )
-    finish_reason = models.CharField(max_length=16, blank=True)
-    served_from_cache = models.BooleanField(default=False)
+    finish_reason = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="stop (the model ended it), length (max tokens), cancelled, disconnected, error.",
+    )
+    served_from_cache = models.BooleanField(default=False, verbose_name="from the cache")
+    # A user's question in a tenant with company knowledge: "documents" when it was given
+    # passages (knowledge.Passage), "none_found" when the documents had nothing on it.
+    grounding = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -80,7 +118,66 @@ class Message(models.Model):
         ordering = ["session", "created_at", "id"]
 
     def __str__(self) -> str:
-        return f"{self.role}: {self.content[:60]}"
+        return f"{self.get_role_display()} message #{self.pk}"  # never the content (see above)
+
+
+class CustomInstructions(models.Model):
+    """What a person asks the assistant to keep in mind in all their conversations ("answer in
+    Chinese", "I work in finance"): read after the tenant's system prompt, as message content
+    (never control tokens). Theirs alone: the admin never shows them (docs/privacy.md)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="custom_instructions",
+    )
+    text = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "custom instructions"
+
+    def __str__(self) -> str:
+        return f"Custom instructions of user #{self.user_id}"  # never the text
+
+
+class ContentRead(models.Model):
+    """One reading of conversation text in the admin: who read whose conversation, when.
+
+    Written by `chat.content_audit` whenever the admin shows a conversation's or a message's
+    text, or searches it; only possible while the conversation's tenant has its content audit
+    on. Copies of the names and ids are kept so the record outlives what it is about.
+    """
+
+    class Kind(models.TextChoices):
+        CONVERSATION = "conversation", "Read a conversation"
+        MESSAGE = "message", "Read a message"
+        SEARCH = "search", "Searched the text of conversations"
+
+    at = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
+    reader = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reader_name = models.CharField(max_length=150, verbose_name="reader")
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, on_delete=models.SET_NULL, related_name="content_reads"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices, verbose_name="what")
+    session_id = models.UUIDField(null=True, verbose_name="conversation")
+    message_id = models.BigIntegerField(null=True, verbose_name="message")
+    owner_name = models.CharField(
+        max_length=300, blank=True, verbose_name="whose", help_text="The conversation's owner."
+    )
+    query = models.CharField(max_length=200, blank=True, help_text="What a search looked for.")
+
+    class Meta:
+        verbose_name = "content read"
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["tenant", "-at"], name="contentread_tenant_at")]
+
+    def __str__(self) -> str:
+        return f"{self.reader_name}: {self.get_kind_display()} ({self.at:%Y-%m-%d %H:%M})"
 
 
 class CachedReply(models.Model):
@@ -111,10 +208,14 @@ class CachedReply(models.Model):
         help_text="Other ways people ask the same thing, one per line; matched the same way.",
     )
     answer = models.TextField()
-    enabled = models.BooleanField(default=True)
-    hits = models.PositiveIntegerField(default=0, editable=False)
+    enabled = models.BooleanField(
+        default=True, help_text="Off: kept, never served (a reply to review, or on hold)."
+    )
+    hits = models.PositiveIntegerField(
+        default=0, editable=False, help_text="Times it answered instead of the model."
+    )
     last_hit_at = models.DateTimeField(null=True, blank=True, editable=False)
-    expires_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: it does not expire.")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -145,14 +246,14 @@ class CachedReply(models.Model):
         super().save(*args, **kwargs)  # type: ignore[arg-type]
 
     def clean(self) -> None:
-        """Each phrasing answers one reply only, in its scope (a tenant, or every tenant)."""
+        """Each phrasing answers one reply only, in its scope (a tenant, or every tenant).
+        (The CSV import checks the same rule against an index it builds once: keep the two
+        in step through `no_keys_error` and `key_taken_error`.)"""
         from chat.cache import reply_keys
 
         keys = reply_keys(self)
         if not keys:
-            raise ValidationError(
-                {"question": "This question is only punctuation or spaces: nothing would match."}
-            )
+            raise no_keys_error()
         others = (
             CachedReply.objects.filter(tenant__isnull=True)
             if self.tenant_id is None
@@ -161,11 +262,62 @@ class CachedReply(models.Model):
         for other in others.only("id", "question", "alternatives", "tenant_id"):
             shared = set(keys) & set(reply_keys(other))
             if shared:
-                raise ValidationError(
-                    f"“{sorted(shared)[0]}” already answers the cached reply “{other}” "
-                    "(after normalisation): edit that one instead, or reword this one.",
-                    code="unique",
-                )
+                raise key_taken_error(sorted(shared)[0], other)
+
+
+def no_keys_error() -> ValidationError:
+    return ValidationError(
+        {"question": "This question is only punctuation or spaces: nothing would match."}
+    )
+
+
+def key_taken_error(key: str, other: CachedReply) -> ValidationError:
+    return ValidationError(
+        f"“{key}” already answers the cached reply “{other}” "
+        "(after normalisation): edit that one instead, or reword this one.",
+        code="unique",
+    )
+
+
+class CachedReplyImport(models.Model):
+    """A CSV import of cached replies too large to run inside the admin's request: run by a
+    Celery task (chat/cached_replies.py), its progress and outcome shown in the admin."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        CHECKING = "checking", "Checking rows"
+        WRITING = "writing", "Writing"
+        DONE = "done", "Done"
+        FAILED = "failed", "Refused"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    file_name = models.CharField(max_length=255, blank=True)
+    text = models.TextField(blank=True, help_text="The file; emptied once the import ends.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    rows_total = models.PositiveIntegerField(default=0)
+    rows_done = models.PositiveIntegerField(default=0)
+    created = models.PositiveIntegerField(default=0)
+    updated = models.PositiveIntegerField(default=0)
+    written = models.PositiveIntegerField(default=0, help_text="Replies written so far.")
+    ignored_columns = models.JSONField(default=list, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    error_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.file_name or f"Import {str(self.id)[:8]}"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)
 
 
 class CachedReplyCandidate(models.Model):
@@ -177,7 +329,8 @@ class CachedReplyCandidate(models.Model):
 
     class DraftStatus(models.TextChoices):
         NONE = "", "—"
-        PENDING = "pending", "Drafting…"
+        PENDING = "pending", "Queued"  # asked for, waiting for the worker
+        RUNNING = "running", "Drafting…"
         READY = "ready", "Draft ready"
         FAILED = "failed", "Draft failed"
 
@@ -190,16 +343,29 @@ class CachedReplyCandidate(models.Model):
     last_answer = models.TextField(blank=True, help_text="The model's latest answer.")
     first_asked_at = models.DateTimeField(default=timezone.now)
     last_asked_at = models.DateTimeField(default=timezone.now, db_index=True)
-    draft_answer = models.TextField(blank=True)
+    draft_answer = models.TextField(
+        blank=True,
+        help_text="The model's draft (action “Draft an answer”): edit it, then promote.",
+    )
     draft_status = models.CharField(
         max_length=16, choices=DraftStatus.choices, default=DraftStatus.NONE, blank=True
     )
     draft_error = models.TextField(blank=True)
+    # The draft's way through the queue (chat/progress.py estimates from these).
+    draft_requested_at = models.DateTimeField(null=True, blank=True, editable=False)
+    draft_started_at = models.DateTimeField(null=True, blank=True, editable=False)
+    draft_finished_at = models.DateTimeField(null=True, blank=True, editable=False)
     promoted_to = models.ForeignKey(
-        CachedReply, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        CachedReply,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name="cached reply",
     )
 
     class Meta:
+        verbose_name = "cached reply candidate"
         ordering = ["-count", "-last_asked_at"]
         constraints = [
             models.UniqueConstraint(
@@ -224,14 +390,20 @@ class Batch(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="batches")
     api_key = models.ForeignKey(
-        "tenants.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "tenants.ApiKey",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name="API key",
+        help_text="The key that submitted it over REST; empty when submitted in the admin.",
     )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     name = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    total = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0, help_text="Requests in the batch.")
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -39,11 +39,13 @@ from django.contrib.auth.models import User
 
 from chat import admission, services
 from chat.admission import Refused, Ticket
+from chat.citing import with_citations
 from chat.keepalive import keep_reply_alive
 from chat.models import Message
 from chat.services import Turn
 from inference.service import get_engine_client
 from inference.types import Delta, Done, Failed, Queued
+from knowledge.turns import mark_cited
 from tenants.models import Tenant
 from tenants.services import Principal, principal_is_member
 
@@ -135,6 +137,9 @@ class ReplyRun:
     streaming: bool = False  # from the engine's first event to the end
     stop_requested: bool = False  # a stop that came before the engine had the request
     cancel_sent: bool = False
+    # reply.done was published: the reply is over for its sockets, whatever after-work (the
+    # conversation's title) the task still does. A follow-up may be sent from then on.
+    finished: bool = False
 
     @property
     def reply_id(self) -> int:
@@ -142,7 +147,9 @@ class ReplyRun:
 
     @property
     def done(self) -> bool:
-        return self.task is None or self.task.done()
+        """The reply is over: its socket may send again, Stop and watching no longer reach
+        it. True from reply.done on, even while the title is being generated."""
+        return self.finished or self.task is None or self.task.done()
 
     def publish(self, frame: dict[str, Any]) -> None:
         for watcher in list(_watchers.get(str(self.turn.session.id), ())):
@@ -162,12 +169,20 @@ class ReplyRun:
                         self.turn.user_message, self.turn.versions.get(self.turn.user_message.id)
                     ),
                     "reply": services.message_data(
-                        self.turn.reply, self.turn.versions.get(self.reply_id)
+                        self.turn.reply,
+                        self.turn.versions.get(self.reply_id),
+                        sources=self.turn.sources,
                     ),
                 }
             )
             message = await self._stream()
-            self.publish({"type": "reply.done", "reply": services.message_data(message)})
+            sources = mark_cited(self.turn.sources, message.content)
+            # In the same step as reply.done: a follow-up sent the instant it arrives is free
+            # to start (the title below is background work that never holds the connection).
+            self.finished = True
+            self.publish(
+                {"type": "reply.done", "reply": services.message_data(message, sources=sources)}
+            )
             guard.cancel()
             if (
                 self.turn.session_created
@@ -187,23 +202,36 @@ class ReplyRun:
         reply_id = self.reply_id
         ticket = self.ticket
         started = time.monotonic()
-        if ticket.cached is not None:
+        answer = ticket.answer_without_model
+        if answer is not None:
             async with admission.held(ticket):
-                return await self._stream_cached(ticket.cached.answer, started)
+                return await self._stream_cached(
+                    answer, started, from_cache=ticket.cached is not None
+                )
         async with admission.held(ticket) as usage:
             deltas = 0
             last_save = time.monotonic()
             outcome: dict[str, Any] = {"finish_reason": "error", "error": ""}
             keep_alive = keep_reply_alive(reply_id)
             try:
-                async for event in get_engine_client().generate(ticket.submission):
+                events = with_citations(
+                    get_engine_client().generate(ticket.submission),
+                    question_message_id=self.turn.user_message.id,
+                    cite=bool(self.turn.sources),
+                )
+                async for event in events:
                     self.streaming = True  # the engine has the request: a cancel reaches it
                     if self.stop_requested and not self.cancel_sent:
                         self.cancel_sent = True
                         await get_engine_client().cancel(ticket.submission.request_id)
                     if isinstance(event, Queued):
                         self.publish(
-                            {"type": "queued", "reply_id": reply_id, "position": event.position}
+                            {
+                                "type": "queued",
+                                "reply_id": reply_id,
+                                "position": event.position,
+                                "estimated_wait": event.estimated_wait,
+                            }
                         )
                     elif isinstance(event, Delta):
                         self._delta(event.text)
@@ -267,14 +295,14 @@ class ReplyRun:
         self.chars += len(text)
         self.publish({"type": "delta", "reply_id": self.reply_id, "offset": offset, "text": text})
 
-    async def _stream_cached(self, answer: str, started: float) -> Message:
+    async def _stream_cached(self, answer: str, started: float, *, from_cache: bool) -> Message:
         for i in range(0, len(answer), CACHED_CHUNK_CHARS):
             self._delta(answer[i : i + CACHED_CHUNK_CHARS])
         message: Message = await database_sync_to_async(services.reply_finish)(
             reply_id=self.reply_id,
             content=answer,
             finish_reason="stop",
-            served_from_cache=True,
+            served_from_cache=from_cache,
             latency_ms=round((time.monotonic() - started) * 1000),
         )
         return message
@@ -354,7 +382,9 @@ class ReplyRun:
     def snapshot(self) -> dict[str, Any]:
         """The whole reply so far, for a socket that joins mid-reply; deltas after it carry
         offsets from `offset` on."""
-        reply = services.message_data(self.turn.reply, self.turn.versions.get(self.reply_id))
+        reply = services.message_data(
+            self.turn.reply, self.turn.versions.get(self.reply_id), sources=self.turn.sources
+        )
         reply["content"] = "".join(self.parts)
         return {"type": "reply.resume", "reply": reply, "offset": self.chars}
 

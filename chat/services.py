@@ -24,12 +24,14 @@ from django.utils import timezone
 from chat.cache import get_index, normalize_question
 from chat.cached_replies import candidate_record
 from chat.language import same_language
-from chat.models import CachedReply, ChatSession, Message
+from chat.models import CachedReply, ChatSession, CustomInstructions, Message
 from inference.types import ChatMessage, Done, Failed, SamplingParams
+from knowledge import turns as knowledge
 from tenants.models import Tenant, UsageRecord
 
 MAX_MESSAGE_CHARS = 32_000
 TITLE_CHARS = 60
+MAX_INSTRUCTIONS_CHARS = 1_500  # custom instructions: a paragraph or two, as ChatGPT allows
 
 
 class ChatError(Exception):
@@ -50,12 +52,23 @@ def check_message_content(content: Any) -> str:
         raise ChatError("invalid_message", "Type a message first.")
     if "\x00" in content:
         raise ChatError("invalid_message", "The message contains a NUL character; remove it.")
+    if not _is_unicode(content):
+        raise ChatError("invalid_message", "The message is not valid text (a lone surrogate).")
     if len(content) > MAX_MESSAGE_CHARS:
         raise ChatError(
             "invalid_message",
             f"The message is {len(content)} characters long; the limit is {MAX_MESSAGE_CHARS}.",
         )
     return content
+
+
+def _is_unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate, which nothing can store or tokenize."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_session_id(raw: Any) -> uuid.UUID | None:
@@ -73,13 +86,16 @@ def check_session_id(raw: Any) -> uuid.UUID | None:
 def sessions_for_user(
     *, user: User, tenant: Tenant, query: str = "", archived: bool = False
 ) -> Any:
-    """The sidebar's list: the user's live sessions in `tenant`, or their archived ones."""
+    """The sidebar's list: the user's live sessions in `tenant`, pinned ones first (the latest
+    pin first), then newest first; or their archived ones, newest first."""
     sessions = ChatSession.objects.filter(user=user, tenant=tenant, archived=archived)
     if query:
         sessions = sessions.filter(
             Q(title__icontains=query) | Q(messages__content__icontains=query)
         ).distinct()
-    return sessions.order_by("-updated_at")
+    if archived:
+        return sessions.order_by("-updated_at")
+    return sessions.order_by(F("pinned_at").desc(nulls_last=True), "-updated_at")
 
 
 def _own_session(
@@ -127,6 +143,84 @@ def session_rename(*, session: ChatSession, title: str) -> ChatSession:
 def session_archive(*, session: ChatSession) -> None:
     session.archived = True
     session.save(update_fields=["archived"])
+
+
+def session_pin(*, session: ChatSession, pinned: bool) -> ChatSession:
+    """Pin a live conversation to the top of its owner's list, or unpin it."""
+    if pinned and session.pinned_at is None:
+        session.pinned_at = timezone.now()
+    elif not pinned:
+        session.pinned_at = None
+    session.save(update_fields=["pinned_at"])
+    return session
+
+
+def check_pinned(raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise ChatError("invalid_pinned", "Say `pinned` as true or false.")
+    return raw
+
+
+# --- custom instructions -------------------------------------------------------------------
+
+
+def check_custom_instructions(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise ChatError("invalid_instructions", "Give the instructions as text.")
+    text = raw.strip()
+    if "\x00" in text:
+        raise ChatError("invalid_instructions", "The instructions contain a NUL character.")
+    if not _is_unicode(text):
+        raise ChatError("invalid_instructions", "The instructions are not valid text.")
+    if len(text) > MAX_INSTRUCTIONS_CHARS:
+        raise ChatError(
+            "invalid_instructions",
+            f"The instructions are {len(text)} characters long; the limit is "
+            f"{MAX_INSTRUCTIONS_CHARS}.",
+        )
+    return text
+
+
+def custom_instructions_get(*, user_id: int | None) -> str:
+    """The person's custom instructions ("" for none, and for an integration's conversation)."""
+    if user_id is None:
+        return ""
+    return (
+        CustomInstructions.objects.filter(user_id=user_id).values_list("text", flat=True).first()
+        or ""
+    )
+
+
+def custom_instructions_set(*, user: User, text: Any) -> str:
+    """Save the person's custom instructions (empty: none). They apply from the next message
+    on, in every conversation of theirs; nothing already answered changes."""
+    checked = check_custom_instructions(text)
+    CustomInstructions.objects.update_or_create(user=user, defaults={"text": checked})
+    return checked
+
+
+# How custom instructions reach the model: a system message of their own, right after the
+# tenant's. Its text is message content like any other (inference/runner.py renders every
+# content as untrusted text), so typing "<|im_start|>" there gives characters, never a control
+# token — the same boundary as the tenant's own system prompt.
+INSTRUCTIONS_PREFIX = (
+    "The person you are talking to gave these instructions for all your replies:\n\n"
+)
+
+
+def instructions_message(text: str) -> ChatMessage | None:
+    return ChatMessage("system", INSTRUCTIONS_PREFIX + text) if text.strip() else None
+
+
+def instructions_tokens(*, user: User) -> int:
+    """How many tokens of the model's window the person's custom instructions take in each
+    prompt (the token counter under the composer says so)."""
+    message = instructions_message(custom_instructions_get(user_id=user.pk))
+    if message is None:
+        return 0
+    from inference.service import get_prompt_counter
+
+    return get_prompt_counter().count([message])
 
 
 def archived_session_get(*, user: User, session_id: uuid.UUID | str) -> ChatSession:
@@ -257,9 +351,17 @@ def branch_data(*, session: ChatSession) -> list[dict[str, Any]]:
             if m.role != Message.Role.SYSTEM
         ]
     children = versions_of(session=session)
+    messages = branch_messages(session=session)
+    passages = knowledge.branch_passages(
+        [m.parent_id for m in messages if m.role == Message.Role.ASSISTANT and m.parent_id]
+    )
     return [
-        message_data(m, versions=children.get(m.parent_id, [m.id]))
-        for m in branch_messages(session=session)
+        message_data(
+            m,
+            versions=children.get(m.parent_id, [m.id]),
+            sources=knowledge.sources_of(passages.get(m.parent_id or 0, []), reply_text=m.content),
+        )
+        for m in messages
         if m.role != Message.Role.SYSTEM
     ]
 
@@ -287,28 +389,86 @@ def branch_switch(
     return session
 
 
-def conversation_for(
-    *, session: ChatSession, before: Message | None = None, through: Message | None = None
+def system_messages(
+    *, tenant: Tenant, knowledge_on: bool, instructions: str = ""
 ) -> list[ChatMessage]:
-    """What the model sees: the tenant's system prompt, then the kept turns of the chosen
-    branch in order (those before `before`, or up to and including `through`, when given).
-    Other versions never reach the model."""
-    history: list[ChatMessage] = []
-    if session.tenant.system_prompt.strip():
-        history.append(ChatMessage("system", session.tenant.system_prompt))
+    """The conversation's opening: the tenant's system prompt, with the instructions for
+    answering from documents when company knowledge applies; then the person's own custom
+    instructions, when they have any."""
+    opening: list[ChatMessage] = []
+    if knowledge_on:
+        opening.append(ChatMessage("system", knowledge.system_prompt(tenant=tenant)))
+    elif tenant.system_prompt.strip():
+        opening.append(ChatMessage("system", tenant.system_prompt))
+    personal = instructions_message(instructions)
+    if personal is not None:
+        opening.append(personal)
+    return opening
+
+
+@dataclass
+class History:
+    """A conversation's branch as the model reads it, and what a new question needs of it."""
+
+    conversation: list[ChatMessage]
+    knowledge_on: bool
+    questions: list[str] = field(default_factory=list)  # earlier user messages, oldest first
+    passages: list[Any] = field(default_factory=list)  # knowledge.Passage rows of the branch
+
+
+def history_for(
+    *, session: ChatSession, before: Message | None = None, through: Message | None = None
+) -> History:
+    """What the model sees: the system prompt, then the kept turns of the chosen branch in
+    order (those before `before`, or up to and including `through`, when given), each of the
+    user's questions with the passages it was given. Other versions never reach the model."""
     messages = branch_messages(session=session)
     ids = [m.id for m in messages]
     if before is not None:
         messages = messages[: ids.index(before.id)] if before.id in ids else messages
     if through is not None:
         messages = messages[: ids.index(through.id) + 1] if through.id in ids else messages
-    for message in messages:
-        if message.status == Message.Status.ERROR or message.status == Message.Status.STREAMING:
-            continue
-        if message.role == Message.Role.ASSISTANT and not message.content:
-            continue
-        history.append(ChatMessage(message.role, message.content))
-    return history
+    kept = [
+        m
+        for m in messages
+        if m.status not in (Message.Status.ERROR, Message.Status.STREAMING)
+        and not (m.role == Message.Role.ASSISTANT and not m.content)
+    ]
+    questions = [m for m in kept if m.role == Message.Role.USER]
+    knowledge_on = any(m.grounding for m in questions) or knowledge_searchable(
+        tenant=session.tenant, session_id=session.id
+    )
+    passages = knowledge.branch_passages([m.id for m in questions]) if knowledge_on else {}
+    rendered = (
+        knowledge.render_history([(m.id, m.content, m.grounding) for m in questions], passages)
+        if knowledge_on
+        else {}
+    )
+    conversation = system_messages(
+        tenant=session.tenant,
+        knowledge_on=knowledge_on,
+        instructions=custom_instructions_get(user_id=session.user_id),
+    )
+    for message in kept:
+        conversation.append(ChatMessage(message.role, rendered.get(message.id, message.content)))
+    return History(
+        conversation,
+        knowledge_on,
+        [m.content for m in questions],
+        [p for m in questions for p in passages.get(m.id, [])],
+    )
+
+
+def conversation_for(
+    *, session: ChatSession, before: Message | None = None, through: Message | None = None
+) -> list[ChatMessage]:
+    return history_for(session=session, before=before, through=through).conversation
+
+
+def knowledge_searchable(*, tenant: Tenant, session_id: object) -> bool:
+    from knowledge.services import searchable
+
+    return searchable(tenant=tenant, session_id=session_id)
 
 
 # --- one turn ------------------------------------------------------------------------------
@@ -323,6 +483,8 @@ class Turn:
     session_created: bool = False
     # The ids of the versions of user_message and of reply (each including itself).
     versions: dict[int, list[int]] = field(default_factory=dict)
+    # The passages the reply is given, as sources shown under it (company knowledge).
+    sources: list[dict[str, Any]] = field(default_factory=list)
 
 
 # A live reply is written to at least every REPLY_KEEPALIVE_SECONDS by the web process that
@@ -358,34 +520,107 @@ class TurnPlan:
     conversation: list[ChatMessage]
     content: str = ""  # the user's text (send, edit)
     last_user: Message | None = None  # the message regenerate and edit act on
+    # Company knowledge: the passages the question is given (None: knowledge does not apply
+    # here, or the question is regenerated with the passages it had).
+    passages: knowledge.TurnPassages | None = None
+    # The conversation without passages: a cached reply is matched on the question itself.
+    plain: list[ChatMessage] = field(default_factory=list)
+
+    @property
+    def canned_answer(self) -> str | None:
+        """An answer given without the model: the documents-only decline."""
+        if self.passages is not None and self.passages.decline:
+            return knowledge.decline_text(tenant=self.tenant)
+        return None
+
+    @property
+    def sources(self) -> list[dict[str, Any]]:
+        if self.passages is None:
+            return []
+        return [
+            {
+                "number": p.number,
+                "title": p.chunk.document.title,
+                "where": p.chunk.where,
+                "passage_id": p.chunk.pk,
+                "document_id": f"doc-{p.chunk.document_id.hex}",
+                "snippet": knowledge.snippet(p.chunk.text),
+                "cited": False,
+            }
+            for p in self.passages.passages
+        ]
+
+
+# Tokens kept free for the reply when passages are fitted into a question's prompt.
+REPLY_ROOM = 384
+
+
+def _with_passages(
+    *,
+    tenant: Tenant,
+    session_id: uuid.UUID | None,
+    history: History,
+    content: str,
+) -> tuple[list[ChatMessage], knowledge.TurnPassages | None, list[ChatMessage]]:
+    """The conversation for a new question (`content` after `history`): with its passages when
+    company knowledge applies (unless a cached reply answers it), and without them (for the
+    cached-reply match)."""
+    plain = [*history.conversation, ChatMessage("user", content)]
+    if not history.knowledge_on or cached_reply_would_answer(tenant=tenant, conversation=plain):
+        return plain, None, plain
+    from inference.service import get_prompt_counter
+
+    counter = get_prompt_counter()
+    room = counter.max_seq_tokens - counter.count(plain) - REPLY_ROOM
+    passages = knowledge.turn_passages(
+        tenant=tenant,
+        session_id=session_id,
+        question=content,
+        earlier_questions=history.questions,
+        earlier_passages=history.passages,
+        token_budget=room,
+    )
+    if passages is None:
+        return plain, None, plain
+    rendered = knowledge.user_content(content, passages)
+    return [*history.conversation, ChatMessage("user", rendered)], passages, plain
 
 
 def turn_prepare_send(
     *, user: User, tenant: Tenant, session_id: uuid.UUID | None, content: Any
 ) -> TurnPlan:
     content = check_message_content(content)
+    session = None
     if session_id is None:
-        history = []
-        if tenant.system_prompt.strip():
-            history.append(ChatMessage("system", tenant.system_prompt))
-        return TurnPlan(
-            TurnKind.SEND, user, tenant, None, [*history, ChatMessage("user", content)], content
+        on = knowledge_searchable(tenant=tenant, session_id=None)
+        instructions = custom_instructions_get(user_id=user.pk)
+        history = History(
+            system_messages(tenant=tenant, knowledge_on=on, instructions=instructions), on
         )
-    session = session_get(user=user, session_id=session_id, tenant=tenant)
-    _no_reply_in_progress(session)
-    conversation = [*conversation_for(session=session), ChatMessage("user", content)]
-    return TurnPlan(TurnKind.SEND, user, tenant, session, conversation, content)
+    else:
+        session = session_get(user=user, session_id=session_id, tenant=tenant)
+        _no_reply_in_progress(session)
+        history = history_for(session=session)
+    conversation, passages, plain = _with_passages(
+        tenant=tenant, session_id=session_id, history=history, content=content
+    )
+    return TurnPlan(
+        TurnKind.SEND, user, tenant, session, conversation, content, passages=passages, plain=plain
+    )
 
 
 def draft_conversations(
     *, user: User, tenant: Tenant, session_id: uuid.UUID | None, content: str
 ) -> tuple[list[ChatMessage], list[ChatMessage]]:
-    """What the model would read if `content` were sent now: in this conversation, and alone
-    in a new one (the way out when the history is what makes it too long). Stores nothing."""
-    alone = []
-    if tenant.system_prompt.strip():
-        alone.append(ChatMessage("system", tenant.system_prompt))
-    alone.append(ChatMessage("user", content))
+    """What the model would read if `content` were sent now (its passages aside, which are
+    found when it is sent): in this conversation, and alone in a new one (the way out when
+    the history is what makes it too long). Stores nothing."""
+    on = knowledge_searchable(tenant=tenant, session_id=None)
+    instructions = custom_instructions_get(user_id=user.pk)
+    alone = [
+        *system_messages(tenant=tenant, knowledge_on=on, instructions=instructions),
+        ChatMessage("user", content),
+    ]
     if session_id is None:
         return alone, alone
     session = session_get(user=user, session_id=session_id, tenant=tenant)
@@ -394,7 +629,7 @@ def draft_conversations(
 
 def turn_prepare_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> TurnPlan:
     """Ask again for the last user message of the branch: the new reply is another version
-    beside the earlier ones."""
+    beside the earlier ones, given the same passages."""
     session, last_user = _last_user_message(
         user=user,
         tenant=tenant,
@@ -402,28 +637,83 @@ def turn_prepare_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID
         missing=ChatError("nothing_to_regenerate", "There is no message to answer again."),
     )
     conversation = conversation_for(session=session, through=last_user)
-    return TurnPlan(TurnKind.REGENERATE, user, tenant, session, conversation, last_user=last_user)
+    if last_user.grounding == knowledge.NONE_FOUND and knowledge.declines(tenant=tenant):
+        passages: knowledge.TurnPassages | None = knowledge.TurnPassages(
+            none_found=True, decline=True
+        )
+    else:
+        passages = None
+    return TurnPlan(
+        TurnKind.REGENERATE,
+        user,
+        tenant,
+        session,
+        conversation,
+        last_user=last_user,
+        passages=passages,
+        plain=conversation,
+    )
 
 
 def turn_prepare_edit(
-    *, user: User, tenant: Tenant, session_id: uuid.UUID, content: Any
+    *,
+    user: User,
+    tenant: Tenant,
+    session_id: uuid.UUID,
+    content: Any,
+    message_id: Any = None,
 ) -> TurnPlan:
-    """Answer an edited copy of the last user message of the branch: the copy is another
-    version of that message, the original and what followed it are kept."""
+    """Answer an edited copy of a question of the branch shown (`message_id`; by default the
+    last one): the copy is another version of that message, and the conversation goes on from
+    it (a new branch); the original and everything that followed it are kept."""
     content = check_message_content(content)
-    session, last_user = _last_user_message(
-        user=user,
-        tenant=tenant,
-        session_id=session_id,
-        missing=ChatError("nothing_to_edit", "There is no message to edit."),
+    if message_id is None:
+        session, last_user = _last_user_message(
+            user=user,
+            tenant=tenant,
+            session_id=session_id,
+            missing=ChatError("nothing_to_edit", "There is no message to edit."),
+        )
+    else:
+        session, last_user = _branch_question(
+            user=user, tenant=tenant, session_id=session_id, message_id=message_id
+        )
+    history = history_for(session=session, before=last_user)
+    conversation, passages, plain = _with_passages(
+        tenant=tenant, session_id=session.id, history=history, content=content
     )
-    conversation = [
-        *conversation_for(session=session, before=last_user),
-        ChatMessage("user", content),
-    ]
     return TurnPlan(
-        TurnKind.EDIT, user, tenant, session, conversation, content, last_user=last_user
+        TurnKind.EDIT,
+        user,
+        tenant,
+        session,
+        conversation,
+        content,
+        last_user=last_user,
+        passages=passages,
+        plain=plain,
     )
+
+
+def _branch_question(
+    *, user: User, tenant: Tenant, session_id: uuid.UUID, message_id: Any
+) -> tuple[ChatSession, Message]:
+    """The session (idle) and one of the user's questions on the branch it shows."""
+    if not isinstance(message_id, int) or isinstance(message_id, bool):
+        raise ChatError("not_found", "No such message in this conversation.")
+    session = session_get(user=user, session_id=session_id, tenant=tenant)
+    _no_reply_in_progress(session)
+    question = next(
+        (
+            m
+            for m in branch_messages(session=session)
+            if m.id == message_id and m.role == Message.Role.USER
+        ),
+        None,
+    )
+    if question is None:
+        raise ChatError("not_found", "No such message in this conversation.")
+    return session, question
 
 
 def _last_user_message(
@@ -459,12 +749,14 @@ def turn_start(*, plan: TurnPlan) -> Turn:
         _chain_straight(session)
         if plan.last_user is not None:
             plan.last_user.refresh_from_db()
+    grounding = plan.passages.grounding if plan.passages is not None else ""
     if plan.kind is TurnKind.SEND:
         user_message = Message.objects.create(
             session=session,
             parent_id=session.branch_tip_id,
             role=Message.Role.USER,
             content=plan.content,
+            grounding=grounding,
         )
     elif plan.kind is TurnKind.EDIT:
         assert plan.last_user is not None
@@ -473,6 +765,7 @@ def turn_start(*, plan: TurnPlan) -> Turn:
             parent_id=plan.last_user.parent_id,
             role=Message.Role.USER,
             content=plan.content,
+            grounding=grounding,
         )
     else:
         assert plan.last_user is not None
@@ -495,7 +788,14 @@ def turn_start(*, plan: TurnPlan) -> Turn:
         user_message.id: children.get(user_message.parent_id, [user_message.id]),
         reply.id: children.get(user_message.id, [reply.id]),
     }
-    return Turn(session, user_message, reply, plan.conversation, created, versions)
+    if plan.passages is not None and plan.kind is not TurnKind.REGENERATE:
+        knowledge.passages_save(message_id=user_message.id, turn=plan.passages)
+    sources = (
+        plan.sources
+        if plan.kind is not TurnKind.REGENERATE
+        else knowledge.sources_of(list(user_message.passages.all()))
+    )
+    return Turn(session, user_message, reply, plan.conversation, created, versions, sources)
 
 
 def message_send(*, user: User, tenant: Tenant, session_id: uuid.UUID | None, content: Any) -> Turn:
@@ -511,6 +811,15 @@ def message_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> 
 
 def message_edit_last(*, user: User, tenant: Tenant, session_id: uuid.UUID, content: Any) -> Turn:
     plan = turn_prepare_edit(user=user, tenant=tenant, session_id=session_id, content=content)
+    return turn_start(plan=plan)
+
+
+def message_edit(
+    *, user: User, tenant: Tenant, session_id: uuid.UUID, message_id: int, content: Any
+) -> Turn:
+    plan = turn_prepare_edit(
+        user=user, tenant=tenant, session_id=session_id, content=content, message_id=message_id
+    )
     return turn_start(plan=plan)
 
 
@@ -659,9 +968,14 @@ def replies_interrupt_stale(
     )
 
 
-def message_data(message: Message, versions: list[int] | None = None) -> dict[str, Any]:
+def message_data(
+    message: Message,
+    versions: list[int] | None = None,
+    sources: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The message object of docs/websocket.md, so stored and streamed messages render alike;
-    `versions` (the ids of this message's versions, itself included) when known."""
+    `versions` (the ids of this message's versions, itself included) when known. A reply
+    carries the sources its question was given (`sources`, or looked up when not given)."""
     data: dict[str, Any] = {
         "id": message.id,
         "role": message.role,
@@ -677,6 +991,19 @@ def message_data(message: Message, versions: list[int] | None = None) -> dict[st
     }
     if versions is not None:
         data["versions"] = versions
+    if message.role == Message.Role.ASSISTANT:
+        if sources is None:
+            sources = (
+                knowledge.sources_of(
+                    list(knowledge.branch_passages([message.parent_id]).get(message.parent_id, [])),
+                    reply_text=message.content,
+                )
+                if message.parent_id is not None
+                else []
+            )
+        data["sources"] = sources
+    elif message.role == Message.Role.USER:
+        data["grounding"] = message.grounding
     return data
 
 
@@ -711,6 +1038,17 @@ def cached_reply_lookup(*, tenant: Tenant, conversation: list[ChatMessage]) -> C
     return reply
 
 
+def cached_reply_would_answer(*, tenant: Tenant, conversation: list[ChatMessage]) -> bool:
+    """Whether `cached_reply_lookup` would find a curated answer (no hit is counted): such a
+    question needs no passages."""
+    question = first_turn_question(conversation)
+    key = normalize_question(question) if question is not None else ""
+    return (
+        bool(key)
+        and get_index().lookup(tenant_id=tenant.id, key=key, now=timezone.now()) is not None
+    )
+
+
 def title_sampling() -> SamplingParams:
     return SamplingParams(max_tokens=20, temperature=0, stop=("\n",))
 
@@ -735,6 +1073,37 @@ def api_conversation(*, tenant: Tenant, messages: list[ChatMessage]) -> list[Cha
     return [*history, *messages]
 
 
+def api_prepare(
+    *, tenant: Tenant, messages: list[ChatMessage]
+) -> tuple[list[ChatMessage], knowledge.TurnPassages | None, list[ChatMessage]]:
+    """The model's conversation for a REST request, its last question given passages when
+    the tenant has company knowledge; and the conversation without them (for cached replies).
+    A REST request carries its own history: earlier questions are read as they were sent."""
+    plain = api_conversation(tenant=tenant, messages=messages)
+    if not knowledge_searchable(tenant=tenant, session_id=None) or cached_reply_would_answer(
+        tenant=tenant, conversation=plain
+    ):
+        return plain, None, plain
+    last = max(i for i, m in enumerate(messages) if m.role == "user")
+    from inference.service import get_prompt_counter
+
+    counter = get_prompt_counter()
+    passages = knowledge.turn_passages(
+        tenant=tenant,
+        session_id=None,
+        question=messages[last].content,
+        earlier_questions=[m.content for m in messages[:last] if m.role == "user"],
+        token_budget=counter.max_seq_tokens - counter.count(plain) - REPLY_ROOM,
+    )
+    if passages is None:
+        return plain, None, plain
+    asked = [
+        ChatMessage(m.role, knowledge.user_content(m.content, passages) if i == last else m.content)
+        for i, m in enumerate(messages)
+    ]
+    return [*system_messages(tenant=tenant, knowledge_on=True), *asked], passages, plain
+
+
 def check_api_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
     """The conversation's messages are storable and end with something to answer."""
     for i, message in enumerate(messages):
@@ -742,6 +1111,12 @@ def check_api_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
             raise ChatError(
                 "invalid_message",
                 "A message contains a NUL character.",
+                param=f"messages[{i}].content",
+            )
+        if not _is_unicode(message.content):
+            raise ChatError(
+                "invalid_message",
+                "A message is not valid text (a lone surrogate).",
                 param=f"messages[{i}].content",
             )
     if not any(m.role == "user" for m in messages):
@@ -753,7 +1128,13 @@ def check_api_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
 
 @transaction.atomic
 def api_turn_start(
-    *, tenant: Tenant, api_key_id: int, messages: list[ChatMessage], external_user: str = ""
+    *,
+    tenant: Tenant,
+    api_key_id: int,
+    messages: list[ChatMessage],
+    external_user: str = "",
+    passages: knowledge.TurnPassages | None = None,
+    conversation: list[ChatMessage] | None = None,
 ) -> Turn:
     """Store an admitted REST request as a conversation of its API key: the request's
     messages, then an empty streaming reply."""
@@ -768,10 +1149,20 @@ def api_turn_start(
         Message(session=session, role=m.role, content=m.content) for m in messages
     )
     user_message = next(m for m in reversed(stored) if m.role == Message.Role.USER)
+    sources: list[dict[str, Any]] = []
+    if passages is not None:
+        Message.objects.filter(id=user_message.id).update(grounding=passages.grounding)
+        knowledge.passages_save(message_id=user_message.id, turn=passages)
+        sources = knowledge.sources_of(list(user_message.passages.all()))
     reply = Message.objects.create(
-        session=session, role=Message.Role.ASSISTANT, status=Message.Status.STREAMING
+        session=session,
+        parent=user_message,
+        role=Message.Role.ASSISTANT,
+        status=Message.Status.STREAMING,
     )
-    return Turn(session, user_message, reply, api_conversation(tenant=tenant, messages=messages))
+    if conversation is None:
+        conversation = api_conversation(tenant=tenant, messages=messages)
+    return Turn(session, user_message, reply, conversation, sources=sources)
 
 
 def api_completion_get(*, tenant: Tenant, session_id: uuid.UUID) -> tuple[ChatSession, Message]:

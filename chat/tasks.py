@@ -57,3 +57,15 @@ def resume_batches() -> int:
     if engine_mode() != "redis":
         return 0
     return batches.batches_resume()
+
+
+@shared_task
+def import_cached_replies(import_id: str) -> str:
+    """A large CSV import of cached replies (chat/cached_replies.py); returns its status."""
+    return cached_replies.cached_reply_import_run(import_id=import_id).status
+
+
+@shared_task
+def resume_cached_reply_imports() -> int:
+    """Scheduled by beat: imports whose message was lost are sent again."""
+    return cached_replies.cached_reply_imports_resume()

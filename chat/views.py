@@ -1,5 +1,6 @@
 """The chat UI: two pages (a new chat, a conversation) and the small JSON endpoints the page
-calls (sidebar search, rename, archive, restore, delete, reload a conversation's messages).
+calls (sidebar search, rename, archive, restore, delete, reload a conversation's messages;
+attach files to a conversation, open a reply's sources).
 
 Replies themselves stream over the websocket (chat/consumers.py, docs/websocket.md). Someone
 else's session is a 404; an archived one opens read-only, where it can be restored or deleted.
@@ -9,27 +10,40 @@ anonymous caller with a 401 instead of a redirect.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from chat import admission, services
 from chat.models import ChatSession
 from chat.services import ChatError
+from feedback.services import messages_with_feedback
+from knowledge import services as knowledge
+from knowledge.models import Document
+from knowledge.services import KnowledgeError
 from qassist.errors import json_error
+from qassist.json_input import JsonInputError, parse_json
 from tenants.models import Membership
-from tenants.services import membership_for, tenants_for_user
+from tenants.services import (
+    membership_for,
+    prompt_suggestions_for,
+    tenants_administered_by,
+    tenants_for_user,
+)
 
 View = Callable[..., HttpResponse]
 
@@ -62,8 +76,10 @@ def json_endpoint(view: View) -> View:
             response = view(request, *args, **kwargs)
         except (BadRequest, ChatError) as exc:
             return _json_error(exc.code, exc.message)
-        except Http404:
-            return _json_error("not_found", "No such conversation.", status=404)
+        except KnowledgeError as exc:
+            return _json_error(exc.code, exc.message, status=exc.status)
+        except Http404 as exc:
+            return _json_error("not_found", str(exc) or "No such conversation.", status=404)
         except PermissionDenied:
             return _json_error("forbidden", "You may not do that.", status=403)
         if isinstance(response, HttpResponseNotAllowed):
@@ -117,9 +133,10 @@ def _payload(request: HttpRequest) -> dict[str, Any]:
     if request.content_type != "application/json":
         return request.POST.dict()
     try:
-        data = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("bad_json", "The request body is not valid JSON.") from None
+        data = parse_json(request.body or b"{}")
+    except JsonInputError as exc:
+        message = "The request body is not valid JSON." if exc.kind == "invalid" else exc.message
+        raise BadRequest("bad_json", message) from None
     if not isinstance(data, dict):
         raise BadRequest("bad_json", "The request body must be a JSON object.")
     return data
@@ -131,11 +148,13 @@ def session_data(session: ChatSession) -> dict[str, Any]:
         "title": session.title,
         "updated_at": session.updated_at.isoformat(),
         "archived": session.archived,
+        "pinned": session.pinned_at is not None,
     }
 
 
-def _visible_messages(session: ChatSession) -> list[dict[str, Any]]:
-    return services.branch_data(session=session)
+def _visible_messages(session: ChatSession, user: User) -> list[dict[str, Any]]:
+    """The branch shown, each reply with the user's own rating of it (feedback)."""
+    return messages_with_feedback(user=user, messages=services.branch_data(session=session))
 
 
 # --- pages -----------------------------------------------------------------------------------
@@ -172,9 +191,10 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
     if membership is None:
         return render(request, "chat/no_tenant.html", status=403)
     sessions = services.sessions_for_user(user=user, tenant=membership.tenant)
+    knowledge_info = knowledge.knowledge_summary(tenant=membership.tenant)
     page_data = {
         "session": session_data(session) if session is not None else None,
-        "messages": _visible_messages(session) if session is not None else [],
+        "messages": _visible_messages(session, user) if session is not None else [],
         "urls": {
             "index": reverse("chat:index"),
             "sessions": reverse("chat:session_list"),
@@ -187,10 +207,32 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
             "branch": reverse("chat:session_branch", args=[PLACEHOLDER_ID]),
             "measure": reverse("chat:draft_measure"),
             "delete": reverse("chat:session_delete", args=[PLACEHOLDER_ID]),
+            "pin": reverse("chat:session_pin", args=[PLACEHOLDER_ID]),
+            "export": reverse("sharing:export", args=[PLACEHOLDER_ID]),
+            "share": reverse("sharing:share_create", args=[PLACEHOLDER_ID]),
+            "shares": reverse("sharing:share_list", args=[PLACEHOLDER_ID]),
+            "revoke": reverse("sharing:share_revoke", args=[PLACEHOLDER_ID]),
+            "instructions": reverse("chat:custom_instructions"),
+            # A reply's feedback address is this plus its id, then "/feedback".
+            "feedback": reverse("feedback:reply_feedback", args=[0]).removesuffix("0/feedback"),
+            "documents": reverse("chat:session_documents", args=[PLACEHOLDER_ID]),
+            "attachNew": reverse("chat:attachment_new_chat"),
+            # A passage's address is this plus its id (an integer: no uuid placeholder).
+            "passage": reverse("chat:passage", args=[0]).removesuffix("0"),
             "login": reverse("login"),
         },
         "placeholderId": str(PLACEHOLDER_ID),
         "maxMessageChars": services.MAX_MESSAGE_CHARS,
+        "knowledge": knowledge_info,
+        "attachments": (
+            [attachment_data(d) for d in knowledge.session_attachments(session_id=session.id)]
+            if session is not None
+            else []
+        ),
+        "maxFileBytes": int(settings.QASSIST_KNOWLEDGE_MAX_FILE_MB) * 1024 * 1024,
+        "instructions": services.custom_instructions_get(user_id=user.pk),
+        "maxInstructionsChars": services.MAX_INSTRUCTIONS_CHARS,
+        "tenantName": membership.tenant.name,
     }
     context = {
         "session": session,
@@ -198,8 +240,20 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
         "tenant": membership.tenant,
         "tenants": list(tenants_for_user(user=user)),
         "page_data": page_data,
+        "admin_link": _runs_something(user),
+        "candidate_min_count": settings.QASSIST_CANDIDATE_MIN_COUNT,
+        "knowledge": knowledge_info,
+        "suggestions": prompt_suggestions_for(tenant=membership.tenant),
     }
     return render(request, "chat/chat.html", context)
+
+
+def _runs_something(user: User) -> bool:
+    """Whether the admin has anything for `user`: a superuser, or a tenant admin (a staff
+    account without a tenant to run sees nothing there, so gets no link)."""
+    if not (user.is_active and user.is_staff):
+        return False
+    return user.is_superuser or tenants_administered_by(user=user).exists()
 
 
 # --- JSON endpoints --------------------------------------------------------------------------
@@ -229,7 +283,9 @@ def session_messages(request: HttpRequest, session_id: uuid.UUID) -> HttpRespons
     """The stored messages: what the page redraws after a reconnect (an interrupted reply shows
     the part already generated)."""
     session = _own_session(request, session_id)
-    return JsonResponse({"session": session_data(session), "messages": _visible_messages(session)})
+    return JsonResponse(
+        {"session": session_data(session), "messages": _visible_messages(session, _user(request))}
+    )
 
 
 @json_endpoint
@@ -255,6 +311,31 @@ def session_archive(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse
 
 @json_endpoint
 @require_POST
+def session_pin(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
+    """`{"pinned": true}` pins the conversation to the top of the list; false unpins it."""
+    session = _own_session(request, session_id)
+    pinned = services.check_pinned(_payload(request).get("pinned"))
+    session = services.session_pin(session=session, pinned=pinned)
+    return JsonResponse({"session": session_data(session)})
+
+
+@json_endpoint
+@require_http_methods(["GET", "POST"])
+def custom_instructions(request: HttpRequest) -> HttpResponse:
+    """GET: the user's custom instructions. POST `{"instructions": "..."}` (empty: none):
+    saved, read by the model from the next message on, in all their conversations."""
+    user = _user(request)
+    if request.method == "POST":
+        text = services.custom_instructions_set(
+            user=user, text=_payload(request).get("instructions")
+        )
+    else:
+        text = services.custom_instructions_get(user_id=user.pk)
+    return JsonResponse({"instructions": text, "limit": services.MAX_INSTRUCTIONS_CHARS})
+
+
+@json_endpoint
+@require_POST
 def draft_measure(request: HttpRequest) -> HttpResponse:
     """How much of the model's window the message being typed would take, with the
     conversation so far: `{session, content}` → `{tokens, token_limit, chars, char_limit,
@@ -273,6 +354,7 @@ def draft_measure(request: HttpRequest) -> HttpResponse:
     try:
         room = admission.measure(in_session)
         fits_alone = room.fits if session_id is None else admission.measure(alone).fits
+        instructions = services.instructions_tokens(user=_user(request))
     except FileNotFoundError:  # no model (so no vocabulary) on this server: nothing to count
         return _json_error("worker_down", "The model is not installed on this server.", 503)
     message_ok = len(content) <= services.MAX_MESSAGE_CHARS
@@ -286,6 +368,7 @@ def draft_measure(request: HttpRequest) -> HttpResponse:
             "message_char_limit": services.MAX_MESSAGE_CHARS,
             "fits": room.fits and message_ok,
             "fits_alone": fits_alone and message_ok,
+            "instructions_tokens": instructions,
         }
     )
 
@@ -304,7 +387,9 @@ def session_branch(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
         session_id=session_id,
         message_id=_payload(request).get("message"),
     )
-    return JsonResponse({"session": session_data(session), "messages": _visible_messages(session)})
+    return JsonResponse(
+        {"session": session_data(session), "messages": _visible_messages(session, _user(request))}
+    )
 
 
 @json_endpoint
@@ -322,6 +407,162 @@ def session_delete(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
     session = services.archived_session_get(user=_user(request), session_id=session_id)
     messages = services.session_delete(session=session)
     return JsonResponse({"deleted": True, "id": str(session_id), "messages": messages})
+
+
+# --- attachments and sources (company knowledge) ----------------------------------------------
+
+MULTIPART_SLACK = 1024 * 1024  # the form's own bytes around the file
+
+
+def attachment_data(document: Document) -> dict[str, Any]:
+    """A conversation's attached file as the page shows it: its indexing status (`queued`,
+    `indexing` with `progress`, `ready`, or `failed` with `error`) and where to remove or
+    download it."""
+    return {
+        "id": document.public_id,
+        "title": document.title,
+        "filename": document.filename,
+        "size": document.size,
+        "status": document.status,
+        "progress": document.progress,
+        "error": document.error,
+        "url": reverse("chat:attachment", args=[document.pk]),
+        "download_url": reverse("chat:document_file", args=[document.pk]),
+    }
+
+
+def _uploaded_file(request: HttpRequest) -> knowledge.Upload:
+    """The multipart form's `file`, refused by its size before it is read whole."""
+    limit = int(settings.QASSIST_KNOWLEDGE_MAX_FILE_MB) * 1024 * 1024
+    try:
+        length = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        length = 0
+    if length > limit + MULTIPART_SLACK:
+        knowledge.check_file_size(length)  # raises file_too_large, in the words uploads use
+    if not (request.content_type or "").startswith("multipart/form-data"):
+        raise BadRequest("invalid_upload", "Send the file as multipart/form-data, field `file`.")
+    try:
+        file = request.FILES.get("file")
+    except MultiPartParserError as exc:
+        raise BadRequest("invalid_upload", f"The form cannot be read: {exc}") from None
+    if not isinstance(file, UploadedFile):
+        raise BadRequest("invalid_upload", "Choose a file to attach.")
+    return knowledge.Upload(file.name or "upload", file.read())
+
+
+def _membership_or_404(request: HttpRequest, what: str) -> Membership:
+    """The current tenant's membership; without one, whatever was asked for is not found (an
+    ex-member learns nothing of what stays behind)."""
+    membership = _current_membership(request)
+    if membership is None:
+        raise Http404(what)
+    return membership
+
+
+@json_endpoint
+@require_http_methods(["GET", "POST"])
+def session_documents(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
+    """GET: the files attached to the conversation, with their indexing status (the page polls
+    it until each is ready or failed). POST (multipart `file`): attach one more."""
+    user = _user(request)
+    membership = _membership_or_404(request, "No such conversation.")
+    if request.method == "GET":
+        try:
+            session = services.session_get(
+                user=user, session_id=session_id, tenant=membership.tenant
+            )
+        except Http404:  # an archived conversation lists its files too (read-only)
+            session = services.archived_session_get(user=user, session_id=session_id)
+            if session.tenant_id != membership.tenant_id:
+                raise
+        documents = knowledge.session_attachments(session_id=session.id)
+        return JsonResponse({"documents": [attachment_data(d) for d in documents]})
+    session = services.session_get(user=user, session_id=session_id, tenant=membership.tenant)
+    upload = _uploaded_file(request)
+    document = knowledge.attachment_upload(
+        user=user, tenant=membership.tenant, session_id=session.id, upload=upload
+    )
+    return JsonResponse({"document": attachment_data(document)}, status=202)
+
+
+@json_endpoint
+@require_POST
+def attachment_new_chat(request: HttpRequest) -> HttpResponse:
+    """A file dropped on a new chat: a new, empty conversation titled after the file, with the
+    file attached. Refused uploads leave no conversation behind."""
+    user = _user(request)
+    membership = _current_membership(request)
+    if membership is None:
+        return _json_error("no_tenant", "You are not a member of any active tenant.", 403)
+    upload = _uploaded_file(request)
+    with transaction.atomic():
+        title = knowledge.title_from_filename(upload.filename)
+        session = services.session_create(user=user, tenant=membership.tenant, title=title)
+        document = knowledge.attachment_upload(
+            user=user, tenant=membership.tenant, session_id=session.id, upload=upload
+        )
+    return JsonResponse(
+        {"session": session_data(session), "document": attachment_data(document)}, status=202
+    )
+
+
+@json_endpoint
+@require_http_methods(["DELETE"])
+def attachment(request: HttpRequest, document_id: uuid.UUID) -> HttpResponse:
+    """Remove a file attached to one of the user's conversations, with its passages."""
+    membership = _membership_or_404(request, "No such document.")
+    document = knowledge.attachment_for_owner(
+        user=_user(request), tenant=membership.tenant, document_id=document_id
+    )
+    public_id = document.public_id
+    knowledge.document_delete(document=document)
+    return JsonResponse({"deleted": True, "id": public_id})
+
+
+@json_endpoint
+@require_GET
+def passage(request: HttpRequest, passage_id: int) -> HttpResponse:
+    """A source's passage, whole: what the dialog under a reply shows."""
+    membership = _membership_or_404(request, "No such passage.")
+    chunk = knowledge.passage_for_user(
+        user=_user(request), tenant=membership.tenant, passage_id=passage_id
+    )
+    document = chunk.document
+    return JsonResponse(
+        {
+            "id": chunk.pk,
+            "title": document.title,
+            "where": chunk.where,
+            "section": chunk.headings,
+            "text": chunk.text,
+            "document": {
+                "id": document.public_id,
+                "title": document.title,
+                "filename": document.filename,
+                "download_url": reverse("chat:document_file", args=[document.pk]),
+            },
+        }
+    )
+
+
+@login_required
+@require_GET
+def document_file(request: HttpRequest, document_id: uuid.UUID) -> HttpResponse:
+    """A document's file as uploaded, always as a download: an HTML document comes as plain
+    text, never rendered as a page of this site."""
+    membership = _membership_or_404(request, "No such document.")
+    document = knowledge.document_for_user(
+        user=_user(request), tenant=membership.tenant, document_id=document_id
+    )
+    response = HttpResponse(
+        knowledge.document_data(document=document),
+        content_type=knowledge.content_type(document.kind),
+    )
+    response["Content-Disposition"] = knowledge.content_disposition(document.filename)
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
 
 
 # --- favicon -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ qassist.E005 DATABASE_URL cannot be parsed
 qassist.E006 a login lockout setting is malformed
 qassist.E007 a scheduling setting (queue policy, aging, wait bound, speed floor, host cache) is bad
 qassist.W001 the configured model is not on disk yet
+qassist.W006 QASSIST_LOGIN_LOCKOUT_BY is set but no longer read
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ POSITIVE_INT_SETTINGS = (
     "QASSIST_WS_RECHECK_SECONDS",
     "QASSIST_WS_MAX_PER_USER",
     "QASSIST_MAX_CONVERSATION_CHARS",
+    "QASSIST_CACHED_REPLY_IMPORT_MAX_MB",
+    "QASSIST_CACHED_REPLY_IMPORT_MAX_ROWS",
 )
 MAX_PARALLEL = 256  # llama.cpp's LLAMA_MAX_SEQ
 MAX_NICE = 19  # the lowest CPU priority a Unix thread can take
@@ -223,6 +226,18 @@ def check_scheduling(app_configs: AppConfigs = None, **kwargs: Any) -> list[Chec
         hint="Tokens/s each running stream keeps at least; 0 turns the speed floor off.",
     )
     number(
+        "QASSIST_TTFT_TARGET_SECONDS",
+        positive=False,
+        hint="Seconds a request may wait before the speed floor yields to start it; 0 never "
+        "yields (the floor holds whoever waits).",
+    )
+    number(
+        "QASSIST_MIN_STREAM_SPEED_HARD",
+        positive=False,
+        hint="Tokens/s below which no stream starts even when the floor yields; 0 lets it "
+        "yield up to QASSIST_PARALLEL streams.",
+    )
+    number(
         "QASSIST_HOST_CACHE_MB",
         positive=False,
         hint="Megabytes of host memory for idle conversations' KV; 0 turns the cache off.",
@@ -263,7 +278,40 @@ def check_scheduling(app_configs: AppConfigs = None, **kwargs: Any) -> list[Chec
                 id="qassist.E007",
             )
         )
+    if not errors:
+        errors += _floor_yield_errors()
     return errors
+
+
+def _floor_yield_errors() -> list[CheckMessage]:
+    """The yield's settings against the floor and the wait bound (numbers checked already)."""
+    floor = settings.QASSIST_MIN_STREAM_SPEED
+    hard = settings.QASSIST_MIN_STREAM_SPEED_HARD
+    target = settings.QASSIST_TTFT_TARGET_SECONDS
+    wait = settings.QASSIST_MAX_WAIT_SECONDS
+    if floor <= 0 or target <= 0:
+        return []  # no floor, or one that never yields: nothing to compare
+    if hard > floor:
+        return [
+            Error(
+                f"QASSIST_MIN_STREAM_SPEED_HARD={hard:g} is above QASSIST_MIN_STREAM_SPEED="
+                f"{floor:g}: the hard minimum is how far the floor may yield, so it must not be "
+                "higher than the floor.",
+                hint="2.5 tokens/s under a floor of 5 is the default; set "
+                "QASSIST_TTFT_TARGET_SECONDS=0 for a floor that never yields.",
+                id="qassist.E007",
+            )
+        ]
+    if target >= wait:
+        return [
+            Error(
+                f"QASSIST_TTFT_TARGET_SECONDS={target:g} and QASSIST_MAX_WAIT_SECONDS={wait:g}: "
+                "a request would be refused busy before the floor yielded for it, so the target "
+                "must be shorter than the wait bound.",
+                id="qassist.E007",
+            )
+        ]
+    return []
 
 
 @register("qassist")
@@ -369,9 +417,6 @@ def _without_password(url: str) -> str:
     return url
 
 
-LOCKOUT_PARAMETERS = ("username", "ip_address", "user_agent")
-
-
 @register("qassist")
 def check_login_lockout(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
@@ -393,14 +438,34 @@ def check_login_lockout(app_configs: AppConfigs = None, **kwargs: Any) -> list[C
                 id="qassist.E006",
             )
         )
-    by = [p for p in settings.AXES_LOCKOUT_PARAMETERS if isinstance(p, str)]
-    unknown = [p for p in by if p not in LOCKOUT_PARAMETERS]
-    if unknown or not by:
+    address_limit = settings.QASSIST_LOGIN_ADDRESS_FAILURE_LIMIT
+    if not isinstance(address_limit, int) or address_limit < 1:
         errors.append(
             Error(
-                f"QASSIST_LOGIN_LOCKOUT_BY={','.join(by)!r}: lock out by one or more of "
-                f"{', '.join(LOCKOUT_PARAMETERS)}.",
+                "QASSIST_LOGIN_ADDRESS_FAILURE_LIMIT="
+                f"{_shown('QASSIST_LOGIN_ADDRESS_FAILURE_LIMIT', address_limit)} "
+                "is not a positive integer.",
                 id="qassist.E006",
+            )
+        )
+    throttle = settings.QASSIST_LOGIN_USER_THROTTLE_SECONDS
+    if not isinstance(throttle, int | float) or throttle < 0:
+        errors.append(
+            Error(
+                "QASSIST_LOGIN_USER_THROTTLE_SECONDS="
+                f"{_shown('QASSIST_LOGIN_USER_THROTTLE_SECONDS', throttle)} "
+                "is not a number of seconds (0 or more).",
+                id="qassist.E006",
+            )
+        )
+    if os.environ.get("QASSIST_LOGIN_LOCKOUT_BY", "").strip():
+        errors.append(
+            Warning(
+                "QASSIST_LOGIN_LOCKOUT_BY is no longer read: a username is locked from one "
+                "address at a time, an address after QASSIST_LOGIN_ADDRESS_FAILURE_LIMIT "
+                "failures.",
+                hint="Remove it from the environment (README: Configuration).",
+                id="qassist.W006",
             )
         )
     return errors

@@ -47,16 +47,19 @@ def error_response(
     message: str,
     template: str,
     retry_after: int | None = None,
+    detail: str = "",
 ) -> HttpResponse:
     """JSON or a page, by what the caller wants. The page is rendered without the request
     context on purpose: its context processors may need the database, which may be the
-    thing that is down."""
+    thing that is down. `detail`: a sentence for the page, when there is more to say than
+    its heading."""
     if request.path.startswith("/v1/"):
         response: HttpResponse = _api_error(code, message, status)
     elif wants_json(request):
         response = json_error(code, message, status)
     else:
-        response = HttpResponse(loader.render_to_string(template), status=status)
+        page = loader.render_to_string(template, {"detail": detail})
+        response = HttpResponse(page, status=status)
     if retry_after is not None:
         response.headers["Retry-After"] = str(retry_after)
     add_never_cache_headers(response)

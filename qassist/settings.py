@@ -30,7 +30,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "qassist.apps.QassistAdminConfig",  # django.contrib.admin with qassist's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -41,7 +41,11 @@ INSTALLED_APPS = [
     "tenants",
     "chat",
     "inference",
-    "axes",
+    "knowledge",
+    "signin",  # single sign-on through the company's identity provider (OpenID Connect)
+    "feedback",
+    "sharing",
+    "qassist.apps.SignInConfig",  # django-axes, named for people
 ]
 
 MIDDLEWARE = [
@@ -54,6 +58,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "signin.middleware.ProviderSessionMiddleware",  # sessions from the IdP re-checked when due
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # last: answers a locked-out login with a 429 page
 ]
@@ -113,24 +118,50 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 # --- Login lockout (django-axes): /accounts/login/ and the admin's login -----------------------
-# After QASSIST_LOGIN_FAILURE_LIMIT failed logins for one username, or from one IP address,
-# further attempts are refused (429) for QASSIST_LOGIN_LOCKOUT_MINUTES after the last one.
-# Failures are stored in the database (works without Redis) and logged. Behind a proxy, run
-# daphne with --proxy-headers so REMOTE_ADDR is the client's address, not the proxy's.
+# qassist/login_lockout.py: a username is locked from one address (the pair) after
+# QASSIST_LOGIN_FAILURE_LIMIT failed logins, never everywhere; an address after
+# QASSIST_LOGIN_ADDRESS_FAILURE_LIMIT failures for any usernames; a username failing from many
+# addresses is slowed down for the addresses that failed, never for a new one. Locks last
+# QASSIST_LOGIN_LOCKOUT_MINUTES after the last counted failure; attempts refused meanwhile are not
+# counted. Failures are stored in the database (works without Redis) and logged. Behind a proxy,
+# run daphne with --proxy-headers so REMOTE_ADDR is the client's address, not the proxy's.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+AXES_HANDLER = "qassist.login_lockout.LoginLockoutHandler"
+AXES_LOCKOUT_CALLABLE = "qassist.login_lockout.lockout_response"
 AXES_FAILURE_LIMIT = env_int("QASSIST_LOGIN_FAILURE_LIMIT", 10)
+QASSIST_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("QASSIST_LOGIN_ADDRESS_FAILURE_LIMIT", 50)
+QASSIST_LOGIN_USER_THROTTLE_SECONDS = env_float("QASSIST_LOGIN_USER_THROTTLE_SECONDS", 10.0)
 AXES_COOLOFF_TIME = timedelta(minutes=env_float("QASSIST_LOGIN_LOCKOUT_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS: list[str | list[str]] = list(
-    env_list("QASSIST_LOGIN_LOCKOUT_BY", "username,ip_address")
-)
-AXES_RESET_ON_SUCCESS = True  # a successful login clears that user's failures
-AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# What axes itself filters by: the pair. A successful login clears that pair's failures only
+# (clearing the address's would let an attacker with an account of their own reset it).
+AXES_LOCKOUT_PARAMETERS: list[str | list[str]] = [["username", "ip_address"]]
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # trying during a lockout never extends it
+AXES_RESET_ON_SUCCESS = True
 AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]  # never trust a client's X-Forwarded-For
 AXES_VERBOSE = True
+AXES_ENABLE_ADMIN = False  # qassist/admin.py lists the records, read-only, under human names
 AXES_SENSITIVE_PARAMETERS: list[str] = []  # log who and from where; passwords stay masked
+
+# --- Single sign-on: OpenID Connect, authorization code with PKCE (signin/, docs/deploy.md) -------
+# On when an issuer and a client id are set; local passwords keep working beside it.
+QASSIST_OIDC_ISSUER = env_str("QASSIST_OIDC_ISSUER", "")
+QASSIST_OIDC_CLIENT_ID = env_str("QASSIST_OIDC_CLIENT_ID", "")
+QASSIST_OIDC_CLIENT_SECRET = env_str("QASSIST_OIDC_CLIENT_SECRET", "")  # empty: a public client
+QASSIST_OIDC_SCOPES = env_str("QASSIST_OIDC_SCOPES", "openid profile email")
+QASSIST_OIDC_NAME = env_str("QASSIST_OIDC_NAME", "your company account")  # "Sign in with ..."
+QASSIST_OIDC_GROUPS_CLAIM = env_str("QASSIST_OIDC_GROUPS_CLAIM", "groups")
+QASSIST_OIDC_USERNAME_CLAIM = env_str("QASSIST_OIDC_USERNAME_CLAIM", "preferred_username")
+# A session from the provider goes on this long before the provider must vouch for it again
+# (its refresh token is used: a person disabled there, or whose groups changed, is seen then).
+QASSIST_OIDC_RECHECK_SECONDS = env_int("QASSIST_OIDC_RECHECK_SECONDS", 900)
+# While the provider cannot be reached, sessions go on this long after their last good check.
+QASSIST_OIDC_OUTAGE_GRACE_SECONDS = env_int("QASSIST_OIDC_OUTAGE_GRACE_SECONDS", 3600)
+QASSIST_OIDC_TIMEOUT_SECONDS = env_float("QASSIST_OIDC_TIMEOUT_SECONDS", 5.0)
+# A refused renewal switches the account off and revokes the API keys its owner created.
+QASSIST_OIDC_REFUSAL_OFFBOARDS = env_bool("QASSIST_OIDC_REFUSAL_OFFBOARDS", True)
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "chat:index"
@@ -161,6 +192,8 @@ if REDIS_URL:
         }
     }
     CELERY_BROKER_URL = REDIS_URL
+    # A worker asks Redis for its queues in the order it was given them (not round robin).
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"queue_order_strategy": "priority"}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "filesystem://"
@@ -168,8 +201,26 @@ else:
         "data_folder_in": str(VAR_DIR / "celery" / "queue"),
         "data_folder_out": str(VAR_DIR / "celery" / "queue"),
         "processed_folder": str(VAR_DIR / "celery" / "processed"),
+        # Where a sender (the web process queueing an import or an indexing) keeps kombu's
+        # exchange table; by default a `control` folder in the current directory.
+        "control_folder": str(VAR_DIR / "celery" / "control"),
         "store_processed": False,
     }
+# Queues, which every worker takes in this order (`-Q interactive,celery,knowledge,batches`,
+# Procfile): what people wait for (drafts on the admin page, a file attached to a
+# conversation), then beat's housekeeping, then the knowledge base's documents (one task per
+# document: thousands queue there without delaying the rest), then batch runs. A batch runner
+# gives way between items to a waiting draft (chat/batches.py). docs/batches.md.
+CELERY_QUEUES_IN_ORDER = ("interactive", "celery", "knowledge", "batches")
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {
+    "chat.tasks.draft_cached_reply_answer": {"queue": "interactive"},
+    "chat.tasks.run_batch": {"queue": "batches"},
+    "knowledge.tasks.index_document": {"queue": "knowledge"},  # attachments: interactive
+}
+# A worker reserves no message beyond the one it runs: the next is chosen when it is free, by
+# queue order, not fetched ahead in arrival order.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
@@ -177,6 +228,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "interrupt-stale-replies": {"task": "chat.tasks.interrupt_stale_replies", "schedule": 30.0},
     "rollup-usage": {"task": "tenants.tasks.rollup_usage", "schedule": 3600.0},
     "resume-batches": {"task": "chat.tasks.resume_batches", "schedule": 30.0},
+    "dispatch-documents": {"task": "knowledge.tasks.dispatch_pending", "schedule": 60.0},
+    "resume-imports": {"task": "chat.tasks.resume_cached_reply_imports", "schedule": 60.0},
 }
 
 # --- The model and the inference engine ------------------------------------------------------
@@ -193,6 +246,10 @@ QASSIST_CONTEXT_SIZE = env_int("QASSIST_CONTEXT_SIZE", 32768)  # the unified poo
 QASSIST_PARALLEL = env_int("QASSIST_PARALLEL", 48)
 # Tokens/s every running stream keeps at least (reading speed); 0 runs QASSIST_PARALLEL always.
 QASSIST_MIN_STREAM_SPEED = env_float("QASSIST_MIN_STREAM_SPEED", 5.0)
+# The floor is a preference: once a request has waited this long for its start (0: never), more
+# streams run, down to QASSIST_MIN_STREAM_SPEED_HARD tokens/s each (0: up to QASSIST_PARALLEL).
+QASSIST_TTFT_TARGET_SECONDS = env_float("QASSIST_TTFT_TARGET_SECONDS", 2.0)
+QASSIST_MIN_STREAM_SPEED_HARD = env_float("QASSIST_MIN_STREAM_SPEED_HARD", 2.5)
 # Waiting requests: "fair" (weighted fair share between tenants), "priority" or "fcfs".
 QASSIST_QUEUE_POLICY = env_str("QASSIST_QUEUE_POLICY", "fair")
 QASSIST_QUEUE_AGING_SECONDS = env_float("QASSIST_QUEUE_AGING_SECONDS", 30.0)  # then oldest first
@@ -232,9 +289,16 @@ QASSIST_BATCH_MAX_ITEMS = env_int("QASSIST_BATCH_MAX_ITEMS", 1000)
 QASSIST_BATCH_CONCURRENCY = env_int("QASSIST_BATCH_CONCURRENCY", 2)
 QASSIST_BATCH_STALE_SECONDS = env_float("QASSIST_BATCH_STALE_SECONDS", 30.0)
 QASSIST_BATCH_SLICE_SECONDS = env_float("QASSIST_BATCH_SLICE_SECONDS", 300.0)
+# A CSV import of cached replies may be this large and hold this many rows (a clear refusal
+# above); files of more than chat.cached_replies.IMPORT_INLINE_MAX_ROWS rows run in the background.
+QASSIST_CACHED_REPLY_IMPORT_MAX_MB = env_int("QASSIST_CACHED_REPLY_IMPORT_MAX_MB", 10)
+QASSIST_CACHED_REPLY_IMPORT_MAX_ROWS = env_int("QASSIST_CACHED_REPLY_IMPORT_MAX_ROWS", 50_000)
 # A first-turn question asked this often (per tenant) is listed as a cached-reply candidate.
 QASSIST_CANDIDATE_MIN_COUNT = env_int("QASSIST_CANDIDATE_MIN_COUNT", 2)
 QASSIST_WORKER_HEARTBEAT_SECONDS = env_int("QASSIST_WORKER_HEARTBEAT_SECONDS", 5)
+# With several workers, a conversation's next turn waits this long for the worker that holds its
+# history's KV before any other takes it (and computes the history again); 0: any worker at once.
+QASSIST_CONVERSATION_AFFINITY_SECONDS = env_float("QASSIST_CONVERSATION_AFFINITY_SECONDS", 1.0)
 # --- Tenant limits and access ------------------------------------------------------------------
 # A running reply holds a concurrent-stream slot as a lease the streaming process renews; a
 # process that dies leaves slots that expire after this many seconds.
@@ -251,6 +315,23 @@ QASSIST_REPLY_GRACE_SECONDS = env_float("QASSIST_REPLY_GRACE_SECONDS", 60.0)
 # A conversation longer than this (all messages, in characters) is refused before it is
 # tokenised: a huge history cannot tie up a web process.
 QASSIST_MAX_CONVERSATION_CHARS = env_int("QASSIST_MAX_CONVERSATION_CHARS", 200_000)
+
+# --- Company knowledge (knowledge/, docs/knowledge.md) -----------------------------------------
+# The embedding model: use-multilingual-v3 (in-process, numpy) or a GGUF embedding model.
+QASSIST_EMBEDDING_MODEL = env_str("QASSIST_EMBEDDING_MODEL", "use-multilingual-v3")
+QASSIST_EMBEDDING_THREADS = env_int("QASSIST_EMBEDDING_THREADS", 1)
+# Uploads: one file's limit, a tenant's default storage (admins set each tenant's own), and
+# what one person may attach to their conversations in all.
+QASSIST_KNOWLEDGE_MAX_FILE_MB = env_int("QASSIST_KNOWLEDGE_MAX_FILE_MB", 50)
+QASSIST_KNOWLEDGE_STORAGE_MB = env_int("QASSIST_KNOWLEDGE_STORAGE_MB", 500)
+QASSIST_ATTACHMENTS_MAX_MB = env_int("QASSIST_ATTACHMENTS_MAX_MB", 20)
+QASSIST_KNOWLEDGE_MAX_PAGES = env_int("QASSIST_KNOWLEDGE_MAX_PAGES", 2000)
+# Passages a question is given: at most this many, within this many tokens of the chat model.
+QASSIST_KNOWLEDGE_PASSAGES = env_int("QASSIST_KNOWLEDGE_PASSAGES", 3)
+QASSIST_KNOWLEDGE_PASSAGE_TOKENS = env_int("QASSIST_KNOWLEDGE_PASSAGE_TOKENS", 900)
+# Below this similarity of the best passage (and without a strong word match), the documents
+# are taken not to answer the question (docs/knowledge.md says how it was calibrated).
+QASSIST_KNOWLEDGE_MIN_SCORE = env_float("QASSIST_KNOWLEDGE_MIN_SCORE", 0.15)
 
 # "auto": a separate worker when REDIS_URL is set, the in-process engine otherwise.
 QASSIST_ENGINE = env_str("QASSIST_ENGINE", "auto")

@@ -10,7 +10,10 @@ urlpatterns = [
     path("metrics", inference_views.metrics_view, name="metrics"),
     path("admin/engine/", inference_views.engine_status, name="engine_status"),
     path("admin/", admin.site.urls),
+    path("accounts/oidc/", include("signin.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("feedback.urls")),
+    path("", include("sharing.urls")),
     path("", include("chat.urls")),
 ]
 

@@ -19,12 +19,14 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFilesSent
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from inference.service import get_engine_client
+from qassist.callers import is_local_caller
 from qassist.errors import error_response
 from qassist.middleware import DATABASE_ERRORS, database_unavailable
 
@@ -51,15 +53,8 @@ async def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body, status=503 if down else 200)
 
 
-LOCAL_ADDRESSES = frozenset({"127.0.0.1", "::1"})
-PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
-
-
 async def _may_see_details(request: HttpRequest) -> bool:
-    local = request.META.get("REMOTE_ADDR") in LOCAL_ADDRESSES and not any(
-        header in request.headers for header in PROXY_HEADERS
-    )
-    if local:
+    if is_local_caller(request):  # not through a proxy: see qassist/callers.py
         return True
     try:
         user = await request.auser()
@@ -125,6 +120,30 @@ async def _engine() -> Part:
 
 
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if isinstance(exception, RequestDataTooBig):
+        # A form or JSON body over DATA_UPLOAD_MAX_MEMORY_SIZE (the REST API bounds its own
+        # bodies per endpoint and never gets here).
+        return error_response(
+            request,
+            status=413,
+            code="request_too_large",
+            message="The request is too large: send less at a time.",
+            template="413.html",
+        )
+    if isinstance(exception, TooManyFilesSent):  # e.g. a folder's worth of documents at once
+        message = (
+            "Too many files in one upload: at most "
+            f"{settings.DATA_UPLOAD_MAX_NUMBER_FILES} at a time. Go back and send them in "
+            "smaller groups."
+        )
+        return error_response(
+            request,
+            status=400,
+            code="too_many_files",
+            message=message,
+            template="400.html",
+            detail=message,
+        )
     return error_response(
         request,
         status=400,

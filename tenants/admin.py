@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -12,7 +11,13 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import CharField, Q, QuerySet, Subquery
 from django.db.models.functions import Cast
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    StreamingHttpResponse,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -27,8 +32,16 @@ from tenants.admin_scope import (
     tenant_filter,
 )
 from tenants.admin_usage import usage_page
-from tenants.models import ApiKey, Membership, Tenant, UsageDailyReason, UsageRecord
+from tenants.models import (
+    ApiKey,
+    Membership,
+    PromptSuggestion,
+    Tenant,
+    UsageDailyReason,
+    UsageRecord,
+)
 from tenants.services import (
+    MAX_SUGGESTIONS,
     ApiKeyStatus,
     api_key_create,
     api_key_filter_by_status,
@@ -36,6 +49,7 @@ from tenants.services import (
     api_key_status,
     check_tenant_slug,
     tenant_set_active,
+    tenant_stamp_content_audit,
     usage_period_start,
     usage_totals,
 )
@@ -51,6 +65,8 @@ SUPERUSER_FIELDS = [
     "max_concurrent_streams",
     "daily_token_quota",
     "monthly_token_quota",
+    # Opening the tenant's conversations to its admins is not theirs to decide (docs/privacy.md).
+    "content_audit",
 ]
 LIMIT_FIELDS = SUPERUSER_FIELDS[1:]
 
@@ -60,6 +76,38 @@ class MembershipInline(admin.TabularInline[Membership, Tenant]):
     extra = 0
     autocomplete_fields = ["user"]
     readonly_fields = ["created_at"]
+
+
+class PromptSuggestionInline(admin.TabularInline[PromptSuggestion, Tenant]):
+    """The suggestions of the tenant's new chats: its admins edit them (none: the built-in
+    four)."""
+
+    model = PromptSuggestion
+    extra = 0
+    max_num = MAX_SUGGESTIONS
+    fields = ["position", "title", "prompt"]
+    verbose_name_plural = "Prompt suggestions (a new chat shows these; none: the built-in four)"
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "prompt":
+            kwargs["widget"] = forms.Textarea(attrs={"rows": 2, "cols": 60})
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+    # The tenant's page is scoped already: a tenant admin sees only their own tenants there.
+    def _allowed(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser) or is_tenant_admin(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._allowed(request)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._allowed(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._allowed(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._allowed(request)
 
 
 class TenantAdminForm(forms.ModelForm[Tenant]):
@@ -89,7 +137,14 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
     list_filter = ["active", "priority"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
-    readonly_fields = ["created_at", "updated_at", "usage_today", "usage_this_month"]
+    readonly_fields = [
+        "created_at",
+        "updated_at",
+        "usage_today",
+        "usage_this_month",
+        "content_audit_by",
+        "content_audit_since",
+    ]
     inlines = [MembershipInline]
     actions = ["deactivate_selected", "activate_selected"]
     fieldsets = [
@@ -104,6 +159,16 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
                     "daily_token_quota",
                     "monthly_token_quota",
                 ]
+            },
+        ),
+        (
+            "Privacy",
+            {
+                "fields": ["content_audit", "content_audit_by", "content_audit_since"],
+                "description": "Without the content audit nobody reads this tenant's "
+                "conversations in the admin, superusers included: it shows who used qassist, "
+                "when and how much. With it, superusers and the tenant's admins can read them, "
+                "every reading is logged (Content reads), and members see a notice in the chat.",
             },
         ),
         ("Usage", {"fields": ["usage_today", "usage_this_month"]}),
@@ -138,6 +203,11 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
             fields += SUPERUSER_FIELDS
         return fields
 
+    def save_model(self, request: HttpRequest, obj: Tenant, form: Any, change: bool) -> None:
+        if "content_audit" in form.changed_data:
+            tenant_stamp_content_audit(tenant=obj, by=request.user)
+        super().save_model(request, obj, form, change)
+
     def get_prepopulated_fields(
         self, request: HttpRequest, obj: Tenant | None = None
     ) -> dict[str, Any]:
@@ -146,8 +216,14 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
         return dict(super().get_prepopulated_fields(request, obj))
 
     def get_inlines(self, request: HttpRequest, obj: Tenant | None) -> list[Any]:
-        # Tenant admins manage people on the Memberships page, where users are scoped.
-        return list(self.inlines) if request.user.is_superuser else []
+        # knowledge and signin depend on tenants, not the other way round: imported here.
+        from knowledge.admin import KnowledgeBaseInline
+        from signin.admin import GroupMappingInline
+
+        # Tenant admins manage people on the Memberships page, where users are scoped; which
+        # groups give a tenant (and its admins) is the superusers' to decide.
+        people = [*self.inlines, GroupMappingInline] if request.user.is_superuser else []
+        return [*people, KnowledgeBaseInline, PromptSuggestionInline]
 
     def has_limits_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.is_active and request.user.is_superuser)
@@ -284,10 +360,10 @@ class ApiKeyStatusFilter(admin.SimpleListFilter):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
-    """Keys are made by api_key_create: the add form asks only what a person decides."""
+    """Keys are made by api_key_create: the add form asks only what a person decides. The new
+    key is shown once, on the page the add form redirects to (reloading that page, or the add
+    form's answer, makes no second key and shows the key no more)."""
 
-    # The raw key of a key made during a request, until response_add shows it (then dropped).
-    _new_keys: weakref.WeakKeyDictionary[HttpRequest, str] = weakref.WeakKeyDictionary()
     tenant_admin_can_add = True
 
     list_display = [
@@ -353,21 +429,36 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
         obj.pk = api_key.pk
         obj.refresh_from_db()
         obj._state.adding = False
-        # Shown by response_add in the answer to this very POST: never put in a message, whose
-        # default storage is a cookie, nor in the session, nor anywhere else.
-        self._new_keys[request] = raw_key
+        new_key_stash(request, api_key=api_key, raw_key=raw_key)
 
     def response_add(
         self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
     ) -> HttpResponse:
-        raw_key = self._new_keys.pop(request, None)
-        if raw_key is None:  # not made by save_model (cannot happen through the admin form)
-            return super().response_add(request, obj, post_url_continue)
+        # Post/Redirect/Get: the answer to the form is a redirect, so a reload never posts the
+        # form again (which would make a second key).
+        return HttpResponseRedirect(reverse("admin:tenants_apikey_created", args=[obj.pk]))
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path(
+                "<path:object_id>/created/",
+                self.admin_site.admin_view(self.created_view),
+                name="tenants_apikey_created",
+            )
+        ]
+        return own + super().get_urls()
+
+    def created_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The new key, once: the first GET after the add form takes it out of the session;
+        any later one says it cannot be shown again."""
+        api_key = self.get_object(request, object_id)
+        if api_key is None or not self.has_view_permission(request, api_key):
+            raise Http404("No such API key.")
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "api_key": obj,
-            "raw_key": raw_key,
+            "api_key": api_key,
+            "raw_key": new_key_take(request, api_key=api_key),
             "title": "New API key",
         }
         response = TemplateResponse(request, "admin/tenants/apikey/created.html", context)
@@ -391,6 +482,32 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
         self.message_user(request, message, messages.SUCCESS)
 
 
+# The raw key between the add form's POST and the GET it redirects to, in the session (stored
+# server-side in the database, never in a cookie: SESSION_ENGINE is Django's default). Taken
+# out by that GET; a stash older than NEW_KEY_SECONDS is dropped unseen.
+NEW_KEY_SESSION = "qassist_new_api_key"
+NEW_KEY_SECONDS = 600
+
+
+def new_key_stash(request: HttpRequest, *, api_key: ApiKey, raw_key: str) -> None:
+    request.session[NEW_KEY_SESSION] = {
+        "id": api_key.pk,
+        "key": raw_key,
+        "at": timezone.now().timestamp(),
+    }
+
+
+def new_key_take(request: HttpRequest, *, api_key: ApiKey) -> str | None:
+    """The raw key of `api_key` if it waits in the session (then no longer), else None."""
+    stash = request.session.get(NEW_KEY_SESSION)
+    if not isinstance(stash, dict) or stash.get("id") != api_key.pk:
+        return None  # another key's (another tab): left for its own page
+    del request.session[NEW_KEY_SESSION]
+    fresh = timezone.now().timestamp() - float(stash.get("at", 0)) < NEW_KEY_SECONDS
+    raw = stash.get("key")
+    return raw if fresh and isinstance(raw, str) else None
+
+
 class UsageReasonFilter(admin.SimpleListFilter):
     """Reasons as the daily roll-up knows them (a small table), not a scan of the records."""
 
@@ -411,7 +528,6 @@ class UsageReasonFilter(admin.SimpleListFilter):
 
 @admin.register(UsageRecord)
 class UsageRecordAdmin(TenantScopedAdmin[UsageRecord]):
-    tenant_admin_can_change = False
     change_list_template = "admin/tenants/usagerecord/change_list.html"
     actions = ["export_csv"]
     list_display = [
@@ -457,6 +573,9 @@ class UsageRecordAdmin(TenantScopedAdmin[UsageRecord]):
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         return False  # usage is recorded, never typed in
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # nor edited: its page has no Save button
+
     def get_urls(self) -> list[URLPattern]:
         own = [
             path(
@@ -489,8 +608,32 @@ class UsageRecordAdmin(TenantScopedAdmin[UsageRecord]):
 def _audited_models() -> list[tuple[type[models.Model], str]]:
     """Models whose admin history is a tenant's audit trail, and the path to their tenant."""
     from chat.models import CachedReply
+    from knowledge.models import Document
 
-    return [(Tenant, "pk"), (Membership, "tenant"), (ApiKey, "tenant"), (CachedReply, "tenant")]
+    return [
+        (Tenant, "pk"),
+        (Membership, "tenant"),
+        (ApiKey, "tenant"),
+        (CachedReply, "tenant"),
+        (Document, "tenant"),
+    ]
+
+
+class PkText(Cast):
+    """A primary key as `LogEntry.object_id` holds it (`str(pk)`). A UUID keeps its hyphens,
+    which SQLite's column stores without (PostgreSQL's cast writes them)."""
+
+    def __init__(self, expression: Any, *, uuid: bool) -> None:
+        super().__init__(expression, output_field=CharField())
+        self.uuid = uuid
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        if not self.uuid:
+            return super().as_sqlite(compiler, connection, **extra_context)
+        sql, params = compiler.compile(self.source_expressions[0])
+        spans = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
+        parts = [f"substr({sql}, {start}, {length})" for start, length in spans]
+        return " || '-' || ".join(parts), list(params) * len(spans)
 
 
 @admin.register(LogEntry)
@@ -513,7 +656,9 @@ class AuditTrailAdmin(admin.ModelAdmin[LogEntry]):
         for model, tenant_path in _audited_models():
             ids = (
                 model._default_manager.filter(**{f"{tenant_path}__in": tenants})
-                .annotate(_object_id=Cast("pk", output_field=CharField()))
+                .annotate(
+                    _object_id=PkText("pk", uuid=isinstance(model._meta.pk, models.UUIDField))
+                )
                 .values("_object_id")
             )
             about_theirs |= Q(
@@ -521,6 +666,10 @@ class AuditTrailAdmin(admin.ModelAdmin[LogEntry]):
                 object_id__in=Subquery(ids),
             )
         return entries.filter(about_theirs)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        context = {"title": "Admin history: who changed what, and when", **(extra_context or {})}
+        return super().changelist_view(request, context)
 
     @admin.display(description="action")
     def action(self, obj: LogEntry) -> str:

@@ -40,6 +40,15 @@ def admin_tenants(request: HttpRequest) -> QuerySet[Tenant] | None:
     return cached
 
 
+def admin_tenant_slugs(request: HttpRequest) -> frozenset[str] | None:
+    """The slugs of `admin_tenants`, for numbers kept by slug (refusals, requests by tenant in
+    /metrics and the engine page); None for a superuser (all of them)."""
+    tenants = admin_tenants(request)
+    if tenants is None:
+        return None
+    return frozenset(tenants.values_list("slug", flat=True))
+
+
 def is_tenant_admin(request: HttpRequest) -> bool:
     """A non-superuser who administers at least one tenant."""
     tenants = admin_tenants(request)

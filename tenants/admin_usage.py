@@ -92,8 +92,23 @@ def usage_page(
         "by_api_key": _labelled(report.by_api_key, names["api_key"]),
         "quotas": _quotas(tenant) if tenant is not None else [],
         "chart_data": _chart_data(report),
+        "feedback": _feedback(scope),
     }
     return TemplateResponse(request, "admin/tenants/usage.html", context)
+
+
+def _feedback(scope: UsageScope) -> Any:
+    """Ratings of replies in the page's range and drill-down: counts only, no text."""
+    # feedback depends on tenants, not the other way round: imported when needed.
+    from feedback.services import feedback_counts
+
+    return feedback_counts(
+        tenants=scope.tenants,
+        start=scope.start,
+        end=scope.end,
+        user_id=scope.user_id,
+        api_key_id=scope.api_key_id,
+    )
 
 
 def _query(request: HttpRequest, **changes: str | None) -> str:

@@ -8,20 +8,58 @@ from django.utils import timezone
 class Tenant(models.Model):
     """A department or customer team: the unit that owns keys, limits, quotas and usage."""
 
-    slug = models.SlugField(max_length=50, unique=True)
-    name = models.CharField(max_length=200)
-    active = models.BooleanField(default=True)
+    slug = models.SlugField(
+        max_length=50,
+        unique=True,
+        help_text="Short name in commands, logs and metrics: lowercase letters, digits, hyphens.",
+    )
+    name = models.CharField(max_length=200, help_text="What members see in the chat.")
+    active = models.BooleanField(
+        default=True, help_text="Off: the tenant's members and API keys are refused at once."
+    )
     priority = models.SmallIntegerField(
         default=0, help_text="Higher runs first when the engine has a queue."
     )
     # Limits: empty means no limit.
-    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    max_concurrent_streams = models.PositiveIntegerField(null=True, blank=True)
-    daily_token_quota = models.PositiveBigIntegerField(null=True, blank=True)
-    monthly_token_quota = models.PositiveBigIntegerField(null=True, blank=True)
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests in any minute, browser and API together."
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Prompt and reply tokens in any minute."
+    )
+    max_concurrent_streams = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Replies being written at once."
+    )
+    daily_token_quota = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens per day (days in the deployment's TIME_ZONE)."
+    )
+    monthly_token_quota = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens per calendar month."
+    )
     system_prompt = models.TextField(
         blank=True, help_text="Prepended to every conversation of this tenant."
+    )
+    # Privacy (docs/privacy.md): without the content audit nobody reads conversations' text in
+    # the admin; with it, superusers and the tenant's admins may, each reading is logged
+    # (chat.ContentRead), and members see a notice in the chat.
+    content_audit = models.BooleanField(
+        default=False,
+        help_text="On: superusers and this tenant's admins can read its conversations in the "
+        "admin; every reading is logged (Content reads) and members see a notice in the chat. "
+        "Off: the admin shows who used qassist, when and how much, never what was written. "
+        "Only superusers switch it.",
+    )
+    content_audit_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
+        verbose_name="content audit switched on by",
+    )
+    content_audit_since = models.DateTimeField(
+        null=True, blank=True, editable=False, verbose_name="content audit on since"
     )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
@@ -33,6 +71,27 @@ class Tenant(models.Model):
         return self.name or self.slug
 
 
+class PromptSuggestion(models.Model):
+    """A suggestion on a new chat of the tenant: a click sends its prompt. Edited by the
+    tenant's admins (Tenants › a tenant › Prompt suggestions); a tenant with none shows the
+    built-in four (tenants.services.prompt_suggestions_for)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="prompt_suggestions")
+    title = models.CharField(
+        max_length=60, help_text="The suggestion's bold first line, e.g. “Draft an email”."
+    )
+    prompt = models.TextField(
+        max_length=2000, help_text="What is sent when someone clicks it (shown under the title)."
+    )
+    position = models.PositiveSmallIntegerField(default=0, help_text="Lower comes first.")
+
+    class Meta:
+        ordering = ["tenant", "position", "id"]
+
+    def __str__(self) -> str:
+        return self.title
+
+
 class Membership(models.Model):
     class Role(models.TextChoices):
         MEMBER = "member", "Member"
@@ -42,10 +101,17 @@ class Membership(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    role = models.CharField(
+        max_length=16,
+        choices=Role.choices,
+        default=Role.MEMBER,
+        help_text="A tenant admin with a staff account runs this tenant in the admin.",
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:
+        verbose_name = "member"
+        verbose_name_plural = "members"
         constraints = [
             models.UniqueConstraint(fields=["user", "tenant"], name="membership_user_tenant")
         ]
@@ -59,7 +125,7 @@ class ApiKey(models.Model):
     """A tenant's key for the REST API. Only the readable prefix and an HMAC digest are stored."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, help_text="What uses it, e.g. “helpdesk bot”.")
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     digest = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
@@ -67,8 +133,12 @@ class ApiKey(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Empty: the key does not expire."
+    )
+    revoked_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set by the action “Revoke selected keys”."
+    )
 
     class Meta:
         ordering = ["tenant__slug", "-created_at"]
@@ -92,24 +162,41 @@ class UsageRecord(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     api_key = models.ForeignKey(
-        ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="usage"
+        ApiKey,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="usage",
+        verbose_name="API key",
     )
     session = models.ForeignKey(
-        "chat.ChatSession", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "chat.ChatSession",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name="conversation",
     )
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
-    cached = models.BooleanField(default=False)
-    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    cached = models.BooleanField(default=False, verbose_name="from the cache")
+    latency_ms = models.PositiveIntegerField(null=True, blank=True, verbose_name="latency (ms)")
     ttft_ms = models.PositiveIntegerField(
         null=True, blank=True, verbose_name="time to first token (ms)"
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OK)
     # Why a request was refused (rejected) or failed (error): a limit's name or an error code.
-    reason = models.CharField(max_length=32, blank=True, db_index=True)
+    reason = models.CharField(
+        max_length=32,
+        blank=True,
+        db_index=True,
+        help_text="Why it was refused or failed (a limit or an error code); "
+        "“background” and “batch” for work nobody waited for.",
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
 
     class Meta:
+        verbose_name = "usage record"
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["tenant", "created_at"], name="usage_tenant_time")]
 

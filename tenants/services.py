@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare, get_random_string, salted_hmac
 
 from tenants.limits import Limits, Plan, Refusal, get_limiter
-from tenants.models import ApiKey, Membership, Tenant, UsageRecord
+from tenants.models import ApiKey, Membership, PromptSuggestion, Tenant, UsageRecord
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -240,6 +240,18 @@ def tenants_administered_by(*, user: AnyUser) -> QuerySet[Tenant]:
     ).order_by("slug")
 
 
+def tenant_stamp_content_audit(*, tenant: Tenant, by: AnyUser | None) -> None:
+    """Record on `tenant` (unsaved) who switched its content audit to its current value: who
+    and since when while it is on, nothing once it is off (the admin's history keeps each
+    switch). Only superusers switch it; the admin's form enforces that."""
+    if tenant.content_audit:
+        tenant.content_audit_by_id = by.pk if by is not None and by.is_authenticated else None
+        tenant.content_audit_since = timezone.now()
+    else:
+        tenant.content_audit_by = None
+        tenant.content_audit_since = None
+
+
 def tenant_set_active(*, tenant: Tenant, active: bool) -> bool:
     """Switch a tenant on or off; an inactive tenant's keys and members are refused at once.
     Returns whether anything changed."""
@@ -445,6 +457,21 @@ def refusal_message(*, refusal: Refusal, plan: Plan, tenant: Tenant) -> str:
     return f"{text} Try again in {refusal.retry_after:.0f} s."
 
 
+def usage_record_embeddings(
+    *, principal: Principal, tokens: int, latency_ms: int, ok: bool
+) -> None:
+    """Texts embedded over REST (`/v1/embeddings`): prompt tokens only, reason "embeddings"."""
+    UsageRecord.objects.create(
+        tenant=principal.tenant,
+        user=principal.user,
+        api_key=principal.api_key,
+        prompt_tokens=tokens,
+        latency_ms=latency_ms,
+        status=UsageRecord.Status.OK if ok else UsageRecord.Status.ERROR,
+        reason="embeddings",
+    )
+
+
 def usage_record_refusal(*, principal: Principal, reason: str) -> None:
     """A refused request is usage too: staff see who hit which limit."""
     UsageRecord.objects.create(
@@ -454,3 +481,37 @@ def usage_record_refusal(*, principal: Principal, reason: str) -> None:
         status=UsageRecord.Status.REJECTED,
         reason=reason,
     )
+
+
+# --- prompt suggestions on a new chat ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    title: str
+    prompt: str
+
+
+# A tenant whose admins set none shows these.
+DEFAULT_SUGGESTIONS = (
+    Suggestion("Explain a concept", "Explain what a Python decorator is, with a short example."),
+    Suggestion("用中文总结", "请用三句话总结一下什么是持续集成。"),
+    Suggestion(
+        "Draft an email",
+        "Write a short, polite email asking to move tomorrow's meeting to Friday.",
+    ),
+    Suggestion(
+        "Write code", "Write a SQL query that returns the ten customers with the most orders."
+    ),
+)
+MAX_SUGGESTIONS = 6  # a new chat shows two rows of three at most (one on a phone: two)
+
+
+def prompt_suggestions_for(*, tenant: Tenant) -> list[Suggestion]:
+    """The suggestions a new chat of `tenant` offers: its admins' own, in their order, or the
+    built-in four when they set none."""
+    own = [
+        Suggestion(s.title, s.prompt)
+        for s in PromptSuggestion.objects.filter(tenant=tenant)[:MAX_SUGGESTIONS]
+    ]
+    return own or list(DEFAULT_SUGGESTIONS)

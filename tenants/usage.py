@@ -9,7 +9,6 @@ the roll-up ran.
 
 from __future__ import annotations
 
-import csv
 import io
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -22,6 +21,7 @@ from django.db.models import CharField, Count, Q, QuerySet, Sum
 from django.db.models.functions import Cast, Substr, TruncHour
 from django.utils import timezone
 
+from qassist.csv_cells import csv_writer
 from tenants.models import (
     TTFT_BUCKETS_MS,
     Tenant,
@@ -401,7 +401,7 @@ CSV_DAY_COLUMNS = [
 
 def usage_days_csv(*, report: UsageReport) -> str:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)
     writer.writerow(CSV_DAY_COLUMNS)
     for row in report.days:
         writer.writerow(
@@ -447,7 +447,7 @@ class _Echo:
 
 def usage_records_csv(*, records: QuerySet[UsageRecord]) -> Iterator[str]:
     """Records as CSV lines, streamed: a filtered view of millions of rows never sits in memory."""
-    writer = csv.writer(_Echo())
+    writer = csv_writer(_Echo())  # usernames may begin with + - @
     yield writer.writerow(RECORD_CSV_COLUMNS)
     rows: Iterable[tuple[Any, ...]] = records.values_list(
         "created_at",

@@ -87,6 +87,29 @@ def batch_dispatches(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
 
 @pytest.fixture(autouse=True)
+def document_dispatches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, int]]:
+    """Uploads are not sent to a Celery broker: the (document, version) pairs a test's code
+    queued for indexing are listed here; tests index with knowledge.ingest.document_index."""
+    queued: list[tuple[object, int]] = []
+    monkeypatch.setattr(
+        "knowledge.tasks.index_dispatch",
+        lambda *, document_id, version: queued.append((document_id, version)),
+    )
+    return queued
+
+
+@pytest.fixture(autouse=True)
+def import_dispatches(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Background imports are not sent to a Celery broker behind a test's back: the ids a
+    test's code sent are listed here; tests run imports with cached_reply_import_run."""
+    from chat import cached_replies
+
+    sent: list[object] = []
+    monkeypatch.setattr(cached_replies, "_send_import", sent.append)
+    return sent
+
+
+@pytest.fixture(autouse=True)
 def fresh_cached_reply_index() -> None:
     # Each process keeps cached replies in memory; a test's rows are rolled back without the
     # signals that would tell the index, so every test starts with an index of its own.

@@ -12,6 +12,7 @@ entry that exists and was not dropped, and the saved entries must stay within th
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,12 +32,15 @@ from inference.scheduler import (
 from inference.types import (
     NO_ENTRY,
     ChatMessage,
+    Constraint,
     KvPoolLost,
     PromptPart,
     Request,
     RestoreFailed,
+    TokenLogprobs,
     prompt_text,
 )
+from knowledge.embeddings import HashingEmbedder
 
 EOG = 1
 OFFSET = 10
@@ -59,6 +63,67 @@ def _token_bytes(t: int) -> bytes:
 
 def decode(tokens: Sequence[int]) -> str:
     return b"".join(_token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+
+UNPARSABLE = "UNPARSABLE"  # a grammar holding this is refused, as llama.cpp refuses bad GBNF
+
+
+def instance_of(schema: Any, root: Any = None, depth: int = 0) -> Any:
+    """The simplest JSON value valid against `schema` (as inference.constraints.check_schema
+    leaves it; patterns are not honoured): what a grammar-constrained model could produce."""
+    root = schema if root is None else root
+    if not isinstance(schema, dict) or depth > 20:
+        return None
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        defs = {**root.get("definitions", {}), **root.get("$defs", {})}
+        return instance_of(defs.get(name), root, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            return instance_of(schema[key][0], root, depth + 1)
+    if schema.get("allOf"):
+        merged: dict[str, Any] = {}
+        for part in schema["allOf"]:
+            value = instance_of(part, root, depth + 1)
+            merged.update(value if isinstance(value, dict) else {})
+        return merged
+    kind = schema.get("type", "object")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {k: instance_of(v, root, depth + 1) for k, v in properties.items()}
+    if kind == "array":
+        if "prefixItems" in schema:
+            return [instance_of(s, root, depth + 1) for s in schema["prefixItems"]]
+        n = min(max(schema.get("minItems", 0), 1), schema.get("maxItems", 1))
+        return [instance_of(schema.get("items", {"type": "string"}), root, depth + 1)] * n
+    if kind == "string":
+        formats = {"date": "2026-01-02", "date-time": "2026-01-02T03:04:05Z", "time": "03:04:05Z"}
+        if str(schema.get("format", "")).startswith("uuid"):
+            return "123e4567-e89b-12d3-a456-426614174000"
+        return formats.get(str(schema.get("format")), "x" * max(1, schema.get("minLength", 1)))
+    return {"number": 1.5, "integer": 1, "boolean": True}.get(kind)
+
+
+def constrained_reply(constraint: Constraint) -> str:
+    """The text a model held to `constraint` could write: the prefix, the simplest valid JSON,
+    the suffix; with `repeat`, one block for each of the schema's first two alternatives
+    (parallel tool calls)."""
+    if not constraint.schema:
+        return json.dumps({"reply": "echo"})
+    schema = json.loads(constraint.schema)
+    options = schema.get("anyOf", [schema])[:2] if constraint.repeat else [schema]
+    blocks = [
+        constraint.prefix
+        + json.dumps(instance_of(option, schema), ensure_ascii=False)
+        + constraint.suffix
+        for option in options
+    ]
+    return "\n".join(blocks)
 
 
 @dataclass
@@ -103,6 +168,10 @@ class FakeRunner:
     fail_compaction: bool = False  # the pool is cleared, then reading it back fails
     kv_log: list[list[Any]] = field(default_factory=list)  # each step's KV operations
     fail_copies: bool = False  # copying KV into another sequence fails (it is left empty)
+    constraints: list[Constraint] = field(default_factory=list)  # what check_constraint saw
+    last_logprobs: dict[str, TokenLogprobs] = field(default_factory=dict)
+    grammar_tokens: int = 0  # the fake's constrained replies need no second sampling
+    grammar_resamples: int = 0
 
     @property
     def saved_bytes(self) -> int:
@@ -158,7 +227,17 @@ class FakeRunner:
         return merged
 
     def reply_tokens(self, request: Request) -> list[int]:
+        """The scripted reply; a constrained request's is what its constraint allows (the
+        fake honours it as a grammar would: no other text can come out)."""
+        constraint = request.params.constraint
+        if constraint is not None:
+            return [*encode(constrained_reply(constraint)), EOG]
         return [*encode(self.reply_for(self.prompts[decode(request.prompt_tokens)])), EOG]
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        self.constraints.append(constraint)
+        if UNPARSABLE in constraint.grammar:
+            raise ValueError("llama.cpp could not parse the grammar")
 
     def token_bytes(self, token: int) -> bytes:
         return _token_bytes(token)
@@ -227,6 +306,7 @@ class FakeRunner:
             raise RestoreFailed(failed)
         if out.is_empty:
             return {}
+        self.last_logprobs = {}
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("llama_decode failed with status -3")
@@ -256,7 +336,13 @@ class FakeRunner:
                 f"sequence {request.seq_id} holds other tokens than request {request.request_id}"
             )
             script = self.reply_tokens(request)
-            sampled[request.request_id] = script[min(len(request.output_tokens), len(script) - 1)]
+            token = script[min(len(request.output_tokens), len(script) - 1)]
+            sampled[request.request_id] = token
+            self.grammar_tokens += request.params.constraint is not None
+            if request.params.logprobs is not None:
+                # The scripted token is the likeliest; made-up alternatives follow it.
+                top = tuple((token + i, -0.25 - 1.5 * i) for i in range(request.params.logprobs))
+                self.last_logprobs[request.request_id] = TokenLogprobs(-0.25, top)
         return sampled
 
     def _kv_op(self, op: KvOp, lost: set[int]) -> bool:
@@ -308,3 +394,25 @@ class FakeCounter:
     def count(self, messages: Sequence[ChatMessage]) -> int:
         parts = self.runner.render_prompt(messages)
         return sum(len(encode(p.text)) for p in parts)
+
+    def count_text(self, text: str) -> int:
+        return len(encode(text))
+
+
+class FakeEmbedder(HashingEmbedder):
+    """The embedding model's seam: knowledge.embeddings.HashingEmbedder (a text's vector counts
+    its words, hashed into 512 dimensions), under a name of its own and counting its calls.
+    Texts sharing words are similar, others are not; deterministic across runs."""
+
+    name = "fake-embedder"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []  # (kind, texts)
+
+    def embed_passages(self, texts: Sequence[str]) -> Any:
+        self.calls.append(("passage", len(texts)))
+        return super().embed_passages(texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> Any:
+        self.calls.append(("query", len(texts)))
+        return super().embed_queries(texts)

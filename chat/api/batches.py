@@ -24,26 +24,31 @@ from django.http.response import HttpResponseBase
 from pydantic import ValidationError
 
 from chat import batches
-from chat.api import schemas
+from chat.api import schemas, structured
 from chat.api.views import (
     MAX_BODY_BYTES,
     ApiError,
+    _json_refused,
     _principal,
     _sampling,
     _validation_error,
+    api_body,
     api_endpoint,
     served_model,
 )
 from chat.batches import BatchError, BatchRequest
 from chat.models import Batch, BatchItem
 from inference.service import engine_mode
-from inference.types import ChatMessage
+from qassist.json_input import JsonInputError, parse_json
 from tenants.services import Principal
 
 LIST_LIMIT = 100
 
 
-@api_endpoint(methods=("GET", "POST"))
+BATCH_MAX_BODY_BYTES = 4 * MAX_BODY_BYTES  # up to QASSIST_BATCH_MAX_ITEMS requests at once
+
+
+@api_endpoint(methods=("GET", "POST"), max_body=BATCH_MAX_BODY_BYTES)
 async def batch_collection(request: HttpRequest) -> HttpResponseBase:
     principal = _principal(request)
     if request.method == "GET":
@@ -177,11 +182,9 @@ def _resume_here() -> None:
 
 
 def _parse_batch(request: HttpRequest) -> tuple[str, list[BatchRequest]]:
-    if len(request.body) > MAX_BODY_BYTES * 4:
-        raise ApiError(413, "The request body is too large.", code="request_too_large")
     content_type = request.content_type or ""
     try:
-        text = request.body.decode("utf-8")
+        text = api_body(request).decode("utf-8")
     except UnicodeDecodeError:
         raise ApiError(400, "The request body is not UTF-8.", code="invalid_json") from None
     name = ""
@@ -191,18 +194,20 @@ def _parse_batch(request: HttpRequest) -> tuple[str, list[BatchRequest]]:
             if not line.strip():
                 continue
             try:
-                raw.append((f"line {number}", json.loads(line)))
-            except ValueError:
-                raise ApiError(
-                    400, f"Line {number} is not valid JSON.", code="invalid_json"
-                ) from None
+                raw.append((f"line {number}", parse_json(line)))
+            except JsonInputError as exc:
+                error = _json_refused(exc)
+                error.message = (
+                    f"Line {number} is not valid JSON."
+                    if exc.kind == "invalid"
+                    else f"Line {number}: {error.message}"
+                )
+                raise error from None
     else:
         try:
-            data = json.loads(text or "null")
-        except ValueError:
-            raise ApiError(
-                400, "The request body is not valid JSON.", code="invalid_json"
-            ) from None
+            data = parse_json(text or "null")
+        except JsonInputError as exc:
+            raise _json_refused(exc) from None
         if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
             raise ApiError(
                 400,
@@ -221,6 +226,10 @@ def _parse_batch(request: HttpRequest) -> tuple[str, list[BatchRequest]]:
         name = str(data.get("name") or "")[:200]
         raw = [(f"requests[{i}]", entry) for i, entry in enumerate(data["requests"])]
     return name, [_batch_request(where, entry) for where, entry in raw]
+
+
+# A batch item's reply is stored as text: nothing reads it back into tool calls or logprobs.
+_NOT_IN_BATCHES = ("tools", "tool_choice", "response_format", "logprobs", "top_logprobs")
 
 
 def _batch_request(where: str, entry: Any) -> BatchRequest:
@@ -254,5 +263,15 @@ def _batch_request(where: str, entry: Any) -> BatchRequest:
             code="model_not_found",
             param=f"{where}.model",
         )
-    messages = [ChatMessage(m.engine_role, m.text) for m in body.messages]
+    for name in _NOT_IN_BATCHES:
+        value = getattr(body, name)
+        if value not in (None, False) and not (name == "response_format" and value.type == "text"):
+            raise ApiError(
+                400,
+                f"{where}: {name} is not available in a batch; send such requests to "
+                "/v1/chat/completions.",
+                code="unsupported_parameter",
+                param=f"{where}.{name}",
+            )
+    messages = structured.engine_messages(body.messages)
     return BatchRequest(messages=messages, params=_sampling(body), custom_id=custom_id)

@@ -13,14 +13,18 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from chat.api import schemas
+from feedback import api as feedback
+from knowledge import api as knowledge
 
 REF = "#/components/schemas/{model}"
 
 _ERRORS = {
     400: "Invalid request: the parameter at fault is in error.param.",
     401: "No API key, or an incorrect, revoked or expired one.",
-    404: "Unknown model, route or completion.",
-    413: "The request body is too large.",
+    404: "Unknown model, route, completion or document.",
+    409: "The same file is already uploaded (error.message names it).",
+    413: "The request body is too large, or the tenant's document storage is full.",
+    415: "The file is not one qassist reads, or its content is not what its name says.",
     429: "A limit of the key's tenant: Retry-After says when to try again.",
     500: "The server failed.",
     503: "The engine is at capacity or no inference worker answers: retry later.",
@@ -54,6 +58,30 @@ _BATCH_PARAM = {
     "required": True,
     "schema": {"type": "string"},
     "description": "The id a batch was created with (batch_…).",
+}
+
+
+_DOCUMENT_PARAM = {
+    "name": "document_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string"},
+    "description": "The id a document was uploaded with (doc-…).",
+}
+_UPLOAD = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["file"],
+                "properties": {
+                    "file": {"type": "string", "format": "binary"},
+                    "title": {"type": "string", "maxLength": 300},
+                },
+            }
+        }
+    },
 }
 
 
@@ -121,6 +149,22 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/chat/completions/{completion_id}/feedback": {
+            "post": {
+                "operationId": "createChatCompletionFeedback",
+                "summary": "Rate a completion up or down, with an optional reason and comment; "
+                "posting again replaces the rating.",
+                "parameters": [_ID_PARAM],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref(feedback.FeedbackCreate)}},
+                },
+                "responses": {
+                    "200": _json(feedback.FeedbackObject, "The completion's rating."),
+                    **_errors(400, 401, 404, 413),
+                },
+            }
+        },
         "/v1/batches": {
             "post": {
                 "operationId": "createBatch",
@@ -185,6 +229,85 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/knowledge/documents": {
+            "get": {
+                "operationId": "listKnowledgeDocuments",
+                "summary": "The tenant's knowledge base: its documents and the storage used.",
+                "responses": {
+                    "200": _json(knowledge.DocumentList, "The documents."),
+                    **_errors(401),
+                },
+            },
+            "post": {
+                "operationId": "uploadKnowledgeDocument",
+                "summary": "Upload a document (PDF, DOCX, HTML, Markdown, text); indexed in the "
+                "background.",
+                "requestBody": _UPLOAD,
+                "responses": {
+                    "202": _json(knowledge.DocumentObject, "The document, queued."),
+                    **_errors(400, 401, 409, 413, 415),
+                },
+            },
+        },
+        "/v1/knowledge/documents/{document_id}": {
+            "get": {
+                "operationId": "getKnowledgeDocument",
+                "summary": "One document: status, indexing progress, or why it failed.",
+                "parameters": [_DOCUMENT_PARAM],
+                "responses": {
+                    "200": _json(knowledge.DocumentObject, "The document."),
+                    **_errors(401, 404),
+                },
+            },
+            "put": {
+                "operationId": "replaceKnowledgeDocument",
+                "summary": "A new version of the document: re-indexed; the old one answers "
+                "until the new one is ready.",
+                "parameters": [_DOCUMENT_PARAM],
+                "requestBody": _UPLOAD,
+                "responses": {
+                    "202": _json(knowledge.DocumentObject, "The document, queued again."),
+                    **_errors(400, 401, 404, 413, 415),
+                },
+            },
+            "delete": {
+                "operationId": "deleteKnowledgeDocument",
+                "summary": "Delete the document with its passages, vectors and index entries.",
+                "parameters": [_DOCUMENT_PARAM],
+                "responses": {
+                    "200": _json(knowledge.DocumentDeleted, "Deleted."),
+                    **_errors(401, 404),
+                },
+            },
+        },
+        "/v1/knowledge/documents/{document_id}/content": {
+            "get": {
+                "operationId": "getKnowledgeDocumentContent",
+                "summary": "The file as it was uploaded.",
+                "parameters": [_DOCUMENT_PARAM],
+                "responses": {
+                    "200": {
+                        "description": "The file's bytes.",
+                        "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+                    },
+                    **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/embeddings": {
+            "post": {
+                "operationId": "createEmbedding",
+                "summary": "Vectors for texts, from the embedding model of company knowledge.",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref(schemas.EmbeddingRequest)}},
+                },
+                "responses": {
+                    "200": _json(schemas.EmbeddingList, "One vector per text, in order."),
+                    **_errors(400, 401, 404, 413, 429, 500, 503),
+                },
+            }
+        },
         "/v1/models": {
             "get": {
                 "operationId": "listModels",
@@ -198,6 +321,8 @@ def _paths() -> dict[str, Any]:
 _MODELS: list[type[BaseModel]] = [
     schemas.ChatCompletionRequest,
     schemas.ChatCompletion,
+    schemas.EmbeddingRequest,
+    schemas.EmbeddingList,
     schemas.ChatCompletionChunk,
     schemas.ModelList,
     schemas.StoredMessageList,
@@ -206,6 +331,11 @@ _MODELS: list[type[BaseModel]] = [
     schemas.BatchObject,
     schemas.BatchList,
     schemas.BatchResultLine,
+    knowledge.DocumentObject,
+    knowledge.DocumentList,
+    knowledge.DocumentDeleted,
+    feedback.FeedbackCreate,
+    feedback.FeedbackObject,
 ]
 
 
@@ -217,7 +347,12 @@ def _example_request(model: str) -> dict[str, Any]:
     }
 
 
-_REQUESTS = (schemas.ChatCompletionRequest, schemas.BatchCreate)
+_REQUESTS = (
+    schemas.ChatCompletionRequest,
+    schemas.BatchCreate,
+    schemas.EmbeddingRequest,
+    feedback.FeedbackCreate,
+)
 
 
 @functools.cache
@@ -228,9 +363,14 @@ def openapi_document() -> dict[str, Any]:
         [(model, "validation" if model in _REQUESTS else "serialization") for model in _MODELS],
         ref_template=REF,
     )
+    from chat.api.embeddings import served_embedding_model
+
     request = defs["$defs"]["ChatCompletionRequest"]
     request["properties"]["model"]["examples"] = [served_model()]
     request["examples"] = [_example_request(served_model())]
+    embedding = defs["$defs"]["EmbeddingRequest"]
+    embedding["properties"]["model"]["examples"] = [served_embedding_model()]
+    embedding["examples"] = [{"model": served_embedding_model(), "input": ["Hello", "你好"]}]
     return {
         "openapi": "3.1.0",
         "info": {

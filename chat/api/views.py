@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -29,16 +30,22 @@ from pydantic import BaseModel, ValidationError
 
 from chat import admission, services
 from chat.admission import Refused, Ticket
-from chat.api import schemas
+from chat.api import schemas, structured, tools
+from chat.api.structured import CompletionPlan
+from chat.citing import with_citations
 from chat.keepalive import keep_reply_alive
 from chat.services import ChatError, Turn
 from inference.service import get_engine_client
-from inference.types import ChatMessage, Delta, Done, Event, Failed, SamplingParams
+from inference.types import Delta, Done, Event, Failed, Queued, SamplingParams
+from knowledge.turns import mark_cited
+from qassist.json_input import JsonInputError, parse_json
 from tenants.services import Principal, api_key_authenticate
 
 logger = logging.getLogger(__name__)
 
 AsyncView = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
+# Each endpoint's own bound on the request body, checked before anything else (a 413 in
+# OpenAI's shape); Django's DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB, for forms) does not apply here.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 FINGERPRINT = "qassist"
 
@@ -133,6 +140,10 @@ def _validation_error(exc: ValidationError) -> ApiError:
     # client named fields and indexes, not those.
     loc = [part for part in error["loc"] if isinstance(part, int) or not _is_type_tag(part)]
     param = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or None
+    if isinstance(cause, schemas.ParameterError):
+        # Raised by a model's own check: its `param` is relative to where that model sits.
+        where = f"{param}.{cause.param}" if param else cause.param
+        return ApiError(400, str(cause), code="invalid_value", param=where)
     if error["type"] == "extra_forbidden":
         return ApiError(
             400,
@@ -156,10 +167,16 @@ def _is_type_tag(part: str) -> bool:
 
 
 def api_endpoint(
-    *, methods: tuple[str, ...], auth: bool = True
+    *, methods: tuple[str, ...], auth: bool = True, max_body: int | None = MAX_BODY_BYTES
 ) -> Callable[[AsyncView], AsyncView]:
-    """Method check, bearer-key authentication (`request.principal`), and every failure as
-    OpenAI's error object — a traceback never reaches the client."""
+    """Method check, the body read within the endpoint's own `max_body` (`api_body(request)`;
+    larger is a 413), bearer-key authentication (`request.principal`), and every failure as
+    OpenAI's error object — a traceback never reaches the client.
+
+    `max_body=None`: the endpoint bounds and reads its own body — a multipart upload
+    (knowledge/api.py) checks the file's size against its own setting and lets Django's parser
+    stream the file to disk, neither held to the JSON endpoints' 4 MiB nor to Django's 2.5 MB
+    for forms (DATA_UPLOAD_MAX_MEMORY_SIZE counts only a form's non-file fields)."""
 
     def decorate(view: AsyncView) -> AsyncView:
         @csrf_exempt
@@ -172,6 +189,7 @@ def api_endpoint(
                         f"{request.method} is not allowed here; use {', '.join(methods)}.",
                         code="method_not_allowed",
                     )
+                request.api_body = _read_body(request, max_body)  # type: ignore[attr-defined]
                 if auth:
                     request.principal = await _authenticate(request)  # type: ignore[attr-defined]
                 return await view(request, *args, **kwargs)
@@ -207,6 +225,53 @@ async def _authenticate(request: HttpRequest) -> Principal:
     return Principal(tenant=api_key.tenant, api_key=api_key)
 
 
+def _read_body(request: HttpRequest, limit: int | None) -> bytes:
+    """The body, at most `limit` bytes: refused from its declared length before it is read,
+    and from what arrives for a body without one (chunked). None: left for the view."""
+    if limit is None:
+        return b""
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        raise _too_large(limit)
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        raise _too_large(limit)
+    return body
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(
+        413,
+        f"The request body is too large: at most {limit // 2**20} MB here.",
+        code="request_too_large",
+    )
+
+
+def api_body(request: HttpRequest) -> bytes:
+    """The request's body as `api_endpoint` read it (request.body is not readable after)."""
+    body: bytes = request.api_body  # type: ignore[attr-defined]
+    return body
+
+
+def api_json(request: HttpRequest) -> Any:
+    """The body parsed as JSON that the rest of the server can store and tokenize: invalid
+    JSON, nesting deeper than qassist.json_input.MAX_DEPTH and lone surrogates are a 400."""
+    try:
+        return parse_json(api_body(request) or b"")
+    except JsonInputError as exc:
+        raise _json_refused(exc) from None
+
+
+def _json_refused(exc: JsonInputError) -> ApiError:
+    if exc.kind == "surrogate":
+        return ApiError(400, exc.message, code="invalid_value", param=exc.where)
+    message = "The request body is not valid JSON." if exc.kind == "invalid" else exc.message
+    return ApiError(400, message, code="invalid_json")
+
+
 def _principal(request: HttpRequest) -> Principal:
     principal: Principal = request.principal  # type: ignore[attr-defined]
     return principal
@@ -221,10 +286,15 @@ def served_model() -> str:
 
 @api_endpoint(methods=("GET",))
 async def models(request: HttpRequest) -> HttpResponseBase:
+    from chat.api.embeddings import served_embedding_model
+
+    served = [served_model(), served_embedding_model()]  # the chat model, the embedding model
     return _json(
         schemas.ModelList(
             object="list",
-            data=[schemas.Model(id=served_model(), object="model", created=0, owned_by="qassist")],
+            data=[
+                schemas.Model(id=m, object="model", created=0, owned_by="qassist") for m in served
+            ],
         )
     )
 
@@ -240,35 +310,47 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             param="model",
         )
     principal = _principal(request)
-    messages = [ChatMessage(m.engine_role, m.text) for m in body.messages]
+    try:
+        plan = structured.completion_plan(body)
+    except ChatError as exc:
+        raise ApiError(400, exc.message, code=exc.code, param=exc.param) from None
+    params = dataclasses.replace(
+        _sampling(body), constraint=plan.constraint, logprobs=plan.logprobs
+    )
     try:
         turn, ticket = await database_sync_to_async(admission.api_begin)(
             principal=principal,
-            messages=messages,
-            params=_sampling(body),
+            messages=plan.messages,
+            params=params,
             external_user=body.user or "",
             # A conversation with the integration's own instructions is another context than
-            # the question alone: a curated answer is not replayed into it.
-            cacheable=not any(m.role in ("system", "developer") for m in body.messages),
+            # the question alone: a curated answer is not replayed into it; nor into a reply
+            # that must be JSON, may call tools or reports logprobs.
+            cacheable=plan.plain
+            and not any(m.role in ("system", "developer") for m in body.messages),
         )
     except Refused as exc:
         raise _refused(exc) from None
     except ChatError as exc:
         raise ApiError(400, exc.message, code=exc.code, param=exc.param) from None
-    run = _run(turn, ticket)
-    first = await _first_event(run)
+    # Prose from passages is cited after it; JSON and tool calls are left as the model wrote.
+    cite = bool(turn.sources) and plan.constraint is None and not plan.tool_names
+    run = _run(turn, ticket, cite=cite)
+    # A stream opens while its request waits in line, to tell its place (SSE comments); a
+    # whole reply's status is decided by the first event that is not a place in line.
+    first = await _first_event(run, queued=bool(body.stream))
     if isinstance(first, Failed):
         await run.aclose()
         raise _failed(first)
     completion_id = f"chatcmpl-{turn.session.id.hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = _sse_stream(completion_id, first, run, include_usage)
+        stream = _sse_stream(completion_id, first, run, include_usage, turn.sources, plan)
         response = EventStreamResponse(stream)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # proxies must not hold the stream back
         return response
-    return await _whole(completion_id, first, run)
+    return await _whole(completion_id, first, run, turn.sources, plan)
 
 
 @api_endpoint(methods=("GET",))
@@ -277,6 +359,7 @@ async def completion_detail(request: HttpRequest, completion_id: str) -> HttpRes
         tenant=_principal(request).tenant, session_id=_session_id(completion_id)
     )
     usage = _usage(reply.prompt_tokens, reply.completion_tokens, 0)
+    sources = await database_sync_to_async(services.message_data)(reply)
     return _json(
         schemas.ChatCompletion(
             id=completion_id,
@@ -292,7 +375,9 @@ async def completion_detail(request: HttpRequest, completion_id: str) -> HttpRes
             ],
             usage=usage,
             system_fingerprint=FINGERPRINT,
-        )
+            sources=_sources(sources.get("sources") or [], reply.content),
+        ),
+        exclude_none_fields={"sources"},
     )
 
 
@@ -354,12 +439,7 @@ class EventStreamResponse(StreamingHttpResponse):
 
 
 def _parse(request: HttpRequest) -> schemas.ChatCompletionRequest:
-    if len(request.body) > MAX_BODY_BYTES:
-        raise ApiError(413, "The request body is too large.", code="request_too_large")
-    try:
-        data = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "The request body is not valid JSON.", code="invalid_json") from None
+    data = api_json(request)
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
     try:
@@ -389,12 +469,31 @@ def _session_id(completion_id: str) -> uuid.UUID:
         raise Http404("No such completion.") from None
 
 
-def _json(model: BaseModel, status: int = 200) -> JsonResponse:
-    return JsonResponse(model.model_dump(mode="json"), status=status)
+def _json(
+    model: BaseModel, status: int = 200, *, exclude_none_fields: set[str] | None = None
+) -> JsonResponse:
+    data = model.model_dump(mode="json")
+    for name in exclude_none_fields or ():
+        if data.get(name) is None:
+            data.pop(name, None)
+    return JsonResponse(data, status=status)
 
 
-def _sse(model: BaseModel) -> bytes:
-    return f"data: {model.model_dump_json(exclude_none=False)}\n\n".encode()
+def _sse(model: BaseModel, *, exclude_none_fields: set[str] | None = None) -> bytes:
+    if not exclude_none_fields:
+        return f"data: {model.model_dump_json(exclude_none=False)}\n\n".encode()
+    data = model.model_dump(mode="json")
+    for name in exclude_none_fields:
+        if data.get(name) is None:
+            data.pop(name, None)
+    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+def _queued_comment(event: Queued) -> bytes:
+    """A place in line as an SSE comment, which SSE clients (the `openai` client included)
+    skip: `: queued {"position": 2, "estimated_wait": 14.5}`."""
+    place = {"position": event.position, "estimated_wait": event.estimated_wait}
+    return f": queued {json.dumps(place)}\n\n".encode()
 
 
 def _usage(prompt: int, completion: int, cached: int) -> schemas.Usage:
@@ -406,14 +505,16 @@ def _usage(prompt: int, completion: int, cached: int) -> schemas.Usage:
     )
 
 
-async def _first_event(run: AsyncIterator[Event]) -> Event:
-    """The first event that decides the response's status (a queue position does not)."""
+async def _first_event(run: AsyncIterator[Event], *, queued: bool) -> Event:
+    """The first event that decides the response's status; with `queued`, a place in line
+    (which starts a stream) too."""
     async for event in run:
-        return event
+        if queued or not isinstance(event, Queued):
+            return event
     raise RuntimeError("the engine ended a request without a word")  # pragma: no cover
 
 
-async def _run(turn: Turn, ticket: Ticket) -> AsyncGenerator[Event, None]:
+async def _run(turn: Turn, ticket: Ticket, *, cite: bool = False) -> AsyncGenerator[Event, None]:
     """The engine's events for an admitted request (or the cached answer as if generated),
     with the reply stored and the limits settled however it ends — a client that goes away
     included: closing this generator cancels the generation within a step."""
@@ -425,15 +526,23 @@ async def _run(turn: Turn, ticket: Ticket) -> AsyncGenerator[Event, None]:
         # The reply's text is written only at the end: say meanwhile that it is alive.
         keep_alive = keep_reply_alive(reply_id)
         try:
-            if ticket.cached is not None:
-                answer = ticket.cached.answer
+            answer = ticket.answer_without_model
+            if answer is not None:
                 parts.append(answer)
                 usage.prompt_tokens = usage.completion_tokens = 0
-                outcome = {"finish_reason": "stop", "error": "", "served_from_cache": True}
+                outcome = {
+                    "finish_reason": "stop",
+                    "error": "",
+                    "served_from_cache": ticket.cached is not None,
+                }
                 yield Delta(ticket.submission.request_id, answer)
                 yield Done(ticket.submission.request_id, "stop", 0, 0)
                 return
-            events = get_engine_client().generate(ticket.submission)
+            events = with_citations(
+                get_engine_client().generate(ticket.submission),
+                question_message_id=turn.user_message.id,
+                cite=cite,
+            )
             # aclosing: a client gone while this generator waits at `yield` closes it from
             # there; the engine's stream must be closed too, which cancels the generation.
             async with contextlib.aclosing(events):  # type: ignore[type-var]
@@ -446,9 +555,7 @@ async def _run(turn: Turn, ticket: Ticket) -> AsyncGenerator[Event, None]:
                         outcome = services.reply_outcome(event)
                     elif isinstance(event, Failed):
                         outcome = services.reply_outcome(event)
-                    else:
-                        continue  # a queue position: REST has nothing to say about it
-                    yield event
+                    yield event  # a place in line too: a stream tells it as a comment
         finally:
             keep_alive.cancel()
             if usage.completion_tokens is None:
@@ -466,16 +573,55 @@ async def _run(turn: Turn, ticket: Ticket) -> AsyncGenerator[Event, None]:
             )
 
 
+def _sources(sources: list[dict[str, Any]], text: str) -> list[schemas.Source] | None:
+    """The extension field: None (left out) when the tenant has no company knowledge."""
+    if not sources:
+        return None
+    return [schemas.Source.model_validate(s) for s in mark_cited(sources, text)]
+
+
+def _finish_reason(done: Done, calls: bool) -> schemas.FinishReason:
+    if done.finish_reason == "length":
+        return "length"
+    return "tool_calls" if calls else "stop"
+
+
+def _logprobs(entries: list[dict[str, Any]] | None) -> schemas.ChoiceLogprobs | None:
+    if entries is None:
+        return None
+    return schemas.ChoiceLogprobs(content=[schemas.TokenLogprob.model_validate(e) for e in entries])
+
+
+def _tool_calls(calls: list[tools.ParsedCall]) -> list[schemas.ToolCall] | None:
+    if not calls:
+        return None
+    return [
+        schemas.ToolCall(
+            id=c.id,
+            type="function",
+            function=schemas.FunctionCall(name=c.name, arguments=c.arguments),
+        )
+        for c in calls
+    ]
+
+
 async def _whole(
-    completion_id: str, first: Event, run: AsyncGenerator[Event, None]
+    completion_id: str,
+    first: Event,
+    run: AsyncGenerator[Event, None],
+    sources: list[dict[str, Any]],
+    plan: CompletionPlan,
 ) -> HttpResponseBase:
     parts: list[str] = []
+    logprobs: list[dict[str, Any]] | None = [] if plan.logprobs is not None else None
     done: Done | None = None
     event: Event | None = first
     try:
         while event is not None:
             if isinstance(event, Delta):
                 parts.append(event.text)
+                if logprobs is not None:
+                    logprobs += event.logprobs or []
             elif isinstance(event, Done):
                 done = event
             elif isinstance(event, Failed):
@@ -484,6 +630,10 @@ async def _whole(
     finally:
         await run.aclose()
     assert done is not None
+    text: str | None = "".join(parts)
+    calls: list[tools.ParsedCall] = []
+    if plan.tool_names and text is not None:
+        text, calls = tools.read_reply(text, plan.tool_names, parallel=plan.parallel_tool_calls)
     return _json(
         schemas.ChatCompletion(
             id=completion_id,
@@ -493,44 +643,101 @@ async def _whole(
             choices=[
                 schemas.Choice(
                     index=0,
-                    message=schemas.ChatMessageOut(role="assistant", content="".join(parts)),
-                    finish_reason="length" if done.finish_reason == "length" else "stop",
+                    message=schemas.ChatMessageOut(
+                        role="assistant", content=text, tool_calls=_tool_calls(calls)
+                    ),
+                    finish_reason=_finish_reason(done, bool(calls)),
+                    logprobs=_logprobs(logprobs),
                 )
             ],
             usage=_usage(done.prompt_tokens, done.completion_tokens, done.cached_tokens),
             system_fingerprint=FINGERPRINT,
-        )
+            sources=_sources(sources, "".join(parts)),
+        ),
+        exclude_none_fields={"sources"},
     )
 
 
 async def _sse_stream(
-    completion_id: str, first: Event, run: AsyncGenerator[Event, None], include_usage: bool
+    completion_id: str,
+    first: Event,
+    run: AsyncGenerator[Event, None],
+    include_usage: bool,
+    sources: list[dict[str, Any]],
+    plan: CompletionPlan,
 ) -> AsyncGenerator[bytes, None]:
     created = int(time.time())
+    text: list[str] = []
+    reader = (
+        tools.ToolCallReader(plan.tool_names, plan.parallel_tool_calls) if plan.tool_names else None
+    )
+    calls = 0
+    held: list[dict[str, Any]] = []  # logprobs of text the tool-call reader holds back
 
-    def chunk(delta: schemas.ChunkDelta, finish: schemas.FinishReason | None = None) -> bytes:
-        return _sse(
-            schemas.ChatCompletionChunk(
-                id=completion_id,
-                object="chat.completion.chunk",
-                created=created,
-                model=served_model(),
-                choices=[schemas.ChunkChoice(index=0, delta=delta, finish_reason=finish)],
-                system_fingerprint=FINGERPRINT,
-            )
+    def chunk(
+        delta: schemas.ChunkDelta,
+        finish: schemas.FinishReason | None = None,
+        with_sources: bool = False,
+        logprobs: list[dict[str, Any]] | None = None,
+    ) -> bytes:
+        model = schemas.ChatCompletionChunk(
+            id=completion_id,
+            object="chat.completion.chunk",
+            created=created,
+            model=served_model(),
+            choices=[
+                schemas.ChunkChoice(
+                    index=0, delta=delta, finish_reason=finish, logprobs=_logprobs(logprobs)
+                )
+            ],
+            system_fingerprint=FINGERPRINT,
+            sources=_sources(sources, "".join(text)) if with_sources else None,
         )
+        return _sse(model, exclude_none_fields={"sources"})
+
+    def content(piece: str, found: list[tools.ParsedCall]) -> list[bytes]:
+        """The chunks for content the tool-call reader let through and the calls it completed;
+        the logprobs of the text it held go with the first of them."""
+        nonlocal calls, held
+        out = []
+        logprobs = held if plan.logprobs is not None else None
+        if piece:
+            out.append(chunk(schemas.ChunkDelta(content=piece), logprobs=logprobs))
+            logprobs = None
+        for call in found:
+            for fragment in _call_fragments(calls, call):
+                out.append(chunk(schemas.ChunkDelta(tool_calls=[fragment]), logprobs=logprobs))
+                logprobs = None
+            calls += 1
+        if out:
+            held = []
+        return out
 
     try:
-        yield chunk(schemas.ChunkDelta(role="assistant", content=""))
+        opened = False  # the role chunk is sent when the reply starts, after any wait in line
         event: Event | None = first
         while event is not None:
+            if isinstance(event, Queued):
+                yield _queued_comment(event)
+                event = await anext(run, None)
+                continue
+            if not opened and not isinstance(event, Failed):
+                opened = True
+                yield chunk(schemas.ChunkDelta(role="assistant", content=""))
             if isinstance(event, Delta):
-                yield chunk(schemas.ChunkDelta(content=event.text))
+                text.append(event.text)
+                if reader is None:
+                    yield chunk(schemas.ChunkDelta(content=event.text), logprobs=event.logprobs)
+                else:
+                    held += event.logprobs or []
+                    for part in content(*reader.push(event.text)):
+                        yield part
             elif isinstance(event, Done):
-                finish: schemas.FinishReason = (
-                    "length" if event.finish_reason == "length" else "stop"
-                )
-                yield chunk(schemas.ChunkDelta(), finish)
+                if reader is not None:
+                    for part in content(*reader.finish()):
+                        yield part
+                finish = _finish_reason(event, calls > 0)
+                yield chunk(schemas.ChunkDelta(), finish, with_sources=True)
                 if include_usage:
                     yield _sse(
                         schemas.ChatCompletionChunk(
@@ -555,3 +762,19 @@ async def _sse_stream(
         # Also when the client went away mid-stream (the server cancels this generator):
         # closing the run cancels the generation and settles the request.
         await asyncio.shield(run.aclose())
+
+
+def _call_fragments(index: int, call: tools.ParsedCall) -> list[schemas.ChunkToolCall]:
+    """A completed call as OpenAI streams one, a chunk each: its id, type and name first, then
+    its arguments."""
+    return [
+        schemas.ChunkToolCall(
+            index=index,
+            id=call.id,
+            type="function",
+            function=schemas.ChunkFunction(name=call.name, arguments=""),
+        ),
+        schemas.ChunkToolCall(
+            index=index, function=schemas.ChunkFunction(arguments=call.arguments)
+        ),
+    ]

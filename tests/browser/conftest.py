@@ -2,7 +2,10 @@
 
 One daphne process per test session, on a free port, with a temporary SQLite database and var
 folder, no Redis (the embedded engine) and the real embedded model (smollm2-135m), kept small:
-4 sequences, a 4096-token context, 64-token replies. Every test saves a screenshot under
+4 sequences, a 4096-token context, 64-token replies. Company knowledge embeds with the hashing
+embedder (no embedding model file), and a Celery worker on the filesystem broker indexes what
+is uploaded, as in `make run`'s embedded mode; it takes the default queue only, so the drafts
+and batches the admin tests look at stay waiting in theirs. Every test saves a screenshot under
 test-artifacts/browser/.
 
 Without /usr/bin/chromium or the model file the suite skips, saying why; with
@@ -32,6 +35,21 @@ CHROMIUM = Path("/usr/bin/chromium")
 MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 ARTIFACTS = REPO / "test-artifacts" / "browser"
 PASSWORD = "correct horse battery staple"
+# Indexing only (knowledge.tasks.index_document: attachments on the interactive queue, the
+# knowledge base's documents on their own), one task at a time.
+CELERY_WORKER = [
+    "-A",
+    "qassist",
+    "worker",
+    "--loglevel",
+    "INFO",
+    "--pool",
+    "solo",
+    "--without-mingle",
+    "--without-gossip",
+    "-Q",
+    "interactive,knowledge",
+]
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -64,11 +82,16 @@ def requirements() -> None:
 @dataclass
 class LiveServer:
     url: str
-    seed: dict[str, str]
+    seed: dict[str, Any]
     log: Path
+    worker_log: Path | None = None
 
     def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        text = "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        if self.worker_log is not None and self.worker_log.exists():
+            worker = self.worker_log.read_text(errors="replace").splitlines()[-lines:]
+            text += "\n--- celery worker ---\n" + "\n".join(worker)
+        return text
 
 
 def _free_port() -> int:
@@ -78,7 +101,7 @@ def _free_port() -> int:
         return port
 
 
-def _server_env(tmp: Path) -> dict[str, str]:
+def _server_env(tmp: Path, **overrides: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -97,8 +120,13 @@ def _server_env(tmp: Path) -> dict[str, str]:
         QASSIST_GENERATE_TITLES="0",  # titles stay the first message: assertions rely on it
         QASSIST_PRELOAD_ENGINE="1",  # the model loads while Chromium starts
         QASSIST_SEED_PASSWORD=PASSWORD,
+        # Words hashed into vectors: no embedding model to fetch. Its similarities are word
+        # overlaps, lower than a model's: the bar for "the documents answer this" is too.
+        QASSIST_EMBEDDING_MODEL="hashing",
+        QASSIST_KNOWLEDGE_MIN_SCORE="0.25",
         PYTHONUNBUFFERED="1",
     )
+    env.update(overrides)
     return env
 
 
@@ -106,31 +134,71 @@ def _server_env(tmp: Path) -> dict[str, str]:
 def qassist_server(
     requirements: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
+    yield from _live_server(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def qassist_server_with_titles(
+    requirements: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    """A second live server, generating conversation titles as `make run` does (started only
+    when a test asks for it)."""
+    # Short replies: the tests on it are about what follows a reply, not the reply itself.
+    yield from _live_server(
+        tmp_path_factory, QASSIST_GENERATE_TITLES="1", QASSIST_DEFAULT_MAX_TOKENS="16"
+    )
+
+
+def _live_server(
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    port: int | None = None,
+    seed_more: list[str] | None = None,
+    **overrides: str,
+) -> Iterator[LiveServer]:
+    """`port`: one chosen beforehand (the identity provider must know the callback URL);
+    `seed_more`: a module run after the seed, e.g. tests.browser.seed_signin."""
     tmp = tmp_path_factory.mktemp("live")
     (tmp / "var").mkdir()
-    env = _server_env(tmp)
+    for folder in ("queue", "processed"):  # Celery's filesystem broker, as `make run` makes it
+        (tmp / "var" / "celery" / folder).mkdir(parents=True)
+    env = _server_env(tmp, **overrides)
     _python(["manage.py", "migrate", "--noinput", "-v", "0"], env)
     seeded = _python(["-m", "tests.browser.seed"], env)
     seed = json.loads(seeded.stdout.strip().splitlines()[-1])
-    port = _free_port()
+    if seed_more:
+        _python(["-m", *seed_more], env)
+    port = port or _free_port()
     log = tmp / "daphne.log"
+    worker_log = tmp / "celery.log"
     daphne = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "qassist.asgi:application"]
-    with log.open("w") as out:
+    for folder in ("queue", "processed", "control"):
+        (tmp / "var" / "celery" / folder).mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out, worker_log.open("w") as worker_out:
         # Fixed arguments: this interpreter running the repository's own modules.
         server = subprocess.Popen(  # noqa: S603
             [sys.executable, *daphne], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
         )
-    live = LiveServer(f"http://127.0.0.1:{port}", seed, log)
+        worker = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "celery", *CELERY_WORKER],
+            cwd=REPO,
+            env=env,
+            stdout=worker_out,
+            stderr=subprocess.STDOUT,
+        )
+    live = LiveServer(f"http://127.0.0.1:{port}", seed, log, worker_log)
     try:
         _wait_until_up(live, server)
         yield live
     finally:
-        server.terminate()
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        for process in (server, worker):
+            process.terminate()
+        for process in (server, worker):
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def _python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -259,6 +327,15 @@ def browsing(
     browser: Any, qassist_server: LiveServer, request: pytest.FixtureRequest
 ) -> Iterator[Browsing]:
     yield from _open_page(browser, qassist_server, request, {"width": 1280, "height": 800})
+
+
+@pytest.fixture
+def browsing_with_titles(
+    browser: Any, qassist_server_with_titles: LiveServer, request: pytest.FixtureRequest
+) -> Iterator[Browsing]:
+    yield from _open_page(
+        browser, qassist_server_with_titles, request, {"width": 1280, "height": 800}
+    )
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -434,7 +435,7 @@ def test_edit_and_resend_answers_the_new_text(browsing: Browsing) -> None:
     page.click("#messages .msg-user .msg-actions button[aria-label='Edit and resend']")
     page.fill("#messages .msg-user .editor textarea", "Name one vegetable.")
     page.click("#messages .msg-user .editor .btn-primary")
-    b.wait_for_frame("reply.done", count=2)
+    b.wait_for_frame("reply.done", count=2, timeout=180)
 
     assert b.frames.of("reply.start")[1]["user_message"]["content"] == "Name one vegetable."
     page.wait_for_selector("#messages .msg-assistant:not(.streaming)")
@@ -766,7 +767,7 @@ def test_on_a_touch_keyboard_enter_is_a_new_line_and_the_button_sends(
     page.tap("#messages .msg-user .editor .btn-primary")
     again = b.wait_for_frame("reply.start", count=2)
     assert again["user_message"]["content"].endswith("\nThanks.")
-    b.wait_for_frame("reply.done", count=2)
+    b.wait_for_frame("reply.done", count=2, timeout=180)
 
     # The drawer's controls are fingertip-sized as well.
     page.tap("#menu-btn")
@@ -819,7 +820,7 @@ def _script(text: str, turn: int) -> list[dict[str, object]]:
         return [start, error, {"type": "reply.done", "reply": done}]
 
     if text == "queue":
-        return [start, {"type": "queued", "reply_id": reply, "position": 3}]
+        return [start, {"type": "queued", "reply_id": reply, "position": 3, "estimated_wait": 42}]
     if text == "busy":
         return failed("busy", "The assistant is at capacity; try again shortly.", retry_after=2)
     if text == "down":
@@ -854,8 +855,11 @@ def test_waiting_busy_failure_and_reconnecting_states_are_shown(browsing: Browsi
 
     send(b, "queue")
     page.wait_for_selector("#messages .msg-assistant .waiting")
-    assert "number 3" in page.locator("#messages .msg-assistant .waiting").inner_text()
-    assert "number 3 in line" in notice.inner_text()
+    assert (
+        "number 3 (about 42 s to go)"
+        in page.locator("#messages .msg-assistant .waiting").inner_text()
+    )
+    assert "number 3 in line, about 42 s to go" in notice.inner_text()
     assert page.locator("#stop-btn").is_visible()
     page.screenshot(path=str(shots / "queued.png"))
     # The scripted reply never ends: finish it as the server would after a stop.
@@ -894,3 +898,44 @@ def test_waiting_busy_failure_and_reconnecting_states_are_shown(browsing: Browsi
     page.wait_for_selector("#conn-state.online", state="attached", timeout=10_000)
     assert len(sockets) == 2
     assert notice.is_hidden()
+
+
+# Clicks Send the instant the page allows it again (the reply before has ended), in the page
+# itself: no round trip to the test between reply.done and the follow-up.
+SEND_WHEN_READY = """() => {
+  const button = document.getElementById('send-btn');
+  const observer = new MutationObserver(() => {
+    if (button.disabled || button.hidden) return;
+    observer.disconnect();
+    window.__followUpAt = performance.now();
+    button.click();
+  });
+  observer.observe(button, {attributes: true, attributeFilter: ['disabled', 'hidden']});
+}"""
+
+
+def test_a_follow_up_sent_the_moment_a_reply_ends_is_answered_while_titling(
+    browsing_with_titles: Browsing,
+) -> None:
+    """With titles on (as `make run` has them), the first reply of a new conversation is
+    followed by a title request; a person who answers at once must not be told to wait."""
+    b, page = browsing_with_titles, browsing_with_titles.page
+    b.login("alice")
+    send(b, "Name three colours.")
+    b.wait_for_frame("reply.start")
+    page.fill("#input", "And three more?")  # typed while the reply streams; Send waits
+    page.evaluate(SEND_WHEN_READY)
+
+    deadline = time.monotonic() + 180
+    while len(b.frames.of("reply.done")) < 2 and not b.frames.of("error"):
+        assert time.monotonic() < deadline, f"no second reply.done: {b.frames.received}"
+        page.wait_for_timeout(50)
+
+    sends = [f for f in b.frames.sent if f.get("type") == "chat.send"]
+    assert [f["content"] for f in sends] == ["Name three colours.", "And three more?"]
+    assert b.frames.of("error") == []
+    assert [f["reply"]["status"] for f in b.frames.of("reply.done")] == ["complete", "complete"]
+    session_id = b.frames.of("reply.start")[0]["session"]["id"]
+    assert b.frames.of("reply.start")[1]["session"]["id"] == session_id
+    page.wait_for_selector("#messages .msg-assistant:not(.streaming) >> nth=1")
+    assert "Wait for the reply" not in page.locator("body").inner_text()

@@ -13,7 +13,7 @@ from django.test import AsyncClient
 
 from chat.api import schemas
 from chat.models import CachedReply, ChatSession, Message
-from inference.types import Event, Failed
+from inference.types import Delta, Done, Event, Failed, Queued
 from inference.worker import Submission
 from tenants.models import ApiKey, Tenant, UsageRecord
 from tenants.services import api_key_create, api_key_revoke
@@ -75,7 +75,7 @@ async def test_models_lists_the_served_model(key: str) -> None:
     response = await AsyncClient().get("/v1/models", headers=headers(key))
     assert response.status_code == 200
     body = schemas.ModelList.model_validate(response.json())
-    assert [m.id for m in body.data] == [MODEL]
+    assert body.data[0].id == MODEL  # then the embedding model
 
 
 async def test_a_completion_answers_in_openais_shape_and_is_stored_for_the_key(
@@ -219,17 +219,18 @@ async def test_a_cached_reply_is_not_replayed_into_the_callers_own_context(
         ),
         (
             {"model": MODEL, "messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]},
-            "messages[0].role",
+            "messages",
         ),
+        ({"model": MODEL, "messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),
         ({**ask(), "n": 2}, "n"),
         ({**ask(), "temperature": 3}, "temperature"),
         ({**ask(), "max_tokens": 0}, "max_tokens"),
         ({**ask(), "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({**ask(), "stop": [""]}, "stop"),
         ({**ask(), "frobnicate": True}, "frobnicate"),
-        ({**ask(), "tools": [{"type": "function"}]}, "tools"),
-        ({**ask(), "logprobs": True}, "logprobs"),
-        ({**ask(), "response_format": {"type": "json_object"}}, "response_format"),
+        ({**ask(), "tools": [{"type": "function"}]}, "tools[0].function"),
+        ({**ask(), "logit_bias": {"42": 1}}, "logit_bias"),
+        ({**ask(), "response_format": {"type": "yaml"}}, "response_format"),
         (
             {"model": MODEL, "messages": [{"role": "assistant", "content": "only me"}]},
             "messages",
@@ -256,13 +257,72 @@ async def test_a_body_that_is_not_json_is_a_400(key: str) -> None:
     assert error_of(response)["code"] == "invalid_json"
 
 
+# --- bodies that once gave a 500 -------------------------------------------------------------
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+SURROGATE = b'{"model": "smollm2-135m", "messages": [{"role": "user", "content": "a\\ud800b"}]}'
+
+
+def padded(size: int) -> bytes:
+    """A valid request whose JSON is padded with spaces to `size` bytes."""
+    body = json.dumps(ask("hello")).encode()
+    return body[:-1] + b" " * (size - len(body)) + b"}"
+
+
+async def test_a_body_between_djangos_form_limit_and_the_apis_is_served(
+    engine: FakeEngine, key: str
+) -> None:
+    """Django refuses form bodies over 2.5 MB; the API's own limit is 4 MiB (docs/api.md)."""
+    response = await post(key, padded(3 * 2**20))
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "echo: hello"
+
+
+@pytest.mark.parametrize("size", [4 * 2**20 + 1, 6 * 2**20])
+async def test_a_body_over_the_apis_limit_is_a_413_in_openais_shape(
+    engine: FakeEngine, key: str, size: int
+) -> None:
+    response = await post(key, padded(size))
+    assert response.status_code == 413
+    error = error_of(response)
+    assert error["code"] == "request_too_large"
+    assert error["type"] == "invalid_request_error"
+    assert await sync_to_async(ChatSession.objects.count)() == 0
+
+
+async def test_a_lone_surrogate_is_a_400_naming_the_message(engine: FakeEngine, key: str) -> None:
+    response = await post(key, SURROGATE)
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == "messages[0].content"
+    assert "surrogate" in error["message"]
+    assert await sync_to_async(ChatSession.objects.count)() == 0
+
+
+@pytest.mark.parametrize("body", [DEEP, b'{"model": ' + b'{"a": ' * 65 + b"1" + b"}" * 66])
+async def test_json_nested_too_deep_is_a_400(engine: FakeEngine, key: str, body: bytes) -> None:
+    response = await post(key, body)
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_json"
+
+
+async def test_a_batch_with_a_lone_surrogate_or_deep_nesting_is_a_400(key: str) -> None:
+    for body in (SURROGATE.replace(b'{"model"', b'{"requests": [{"model"') + b"]}", DEEP):
+        response = await AsyncClient().post(
+            "/v1/batches", data=body, content_type="application/json", headers=headers(key)
+        )
+        assert response.status_code == 400, response.content
+        assert error_of(response)["type"] == "invalid_request_error"
+
+
 async def test_an_unknown_model_is_a_404(key: str) -> None:
     response = await post(key, {**ask(), "model": "gpt-4o"})
     assert response.status_code == 404
     assert error_of(response)["code"] == "model_not_found"
 
 
-@pytest.mark.parametrize("path", ["/v1/", "/v1/completions", "/v1/embeddings", "/v1/x/y"])
+@pytest.mark.parametrize("path", ["/v1/", "/v1/completions", "/v1/audio/speech", "/v1/x/y"])
 async def test_an_unknown_route_is_a_json_404(path: str, key: str) -> None:
     response = await AsyncClient().post(path, headers=headers(key))
     assert response.status_code == 404
@@ -413,3 +473,96 @@ async def test_the_openapi_description_is_generated_from_the_types() -> None:
     post_op = spec["paths"]["/v1/chat/completions"]["post"]
     assert {"200", "400", "401", "404", "429", "503"} <= set(post_op["responses"])
     assert set(post_op["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
+
+
+class QueuedClient(RefusingClient):
+    """An engine client whose request waits in line (twice told), then `ending` happens."""
+
+    def __init__(self, ending: str = "reply") -> None:
+        super().__init__("busy")
+        self.ending = ending
+
+    async def generate(self, sub: Submission) -> AsyncIterator[Event]:
+        rid = sub.request_id
+        yield Queued(rid, 2, 12.5)
+        yield Queued(rid, 1, None)  # unknown, as before the engine measured its steps
+        if self.ending == "busy":
+            yield Failed(rid, "busy", "The assistant is busy: waited 90 s.", retry_after=4.5)
+            return
+        yield Delta(rid, "then ")
+        yield Delta(rid, "me")
+        yield Done(rid, "stop", 10, 2)
+
+
+async def queued_response(body: dict[str, Any], key: str, ending: str = "reply") -> Any:
+    from inference.service import set_engine_client
+
+    set_engine_client(QueuedClient(ending))
+    try:
+        response = await post(key, body)
+        if body.get("stream"):
+            raw = b"".join([chunk async for chunk in response.streaming_content])
+            return response, raw.decode()
+        return response, None
+    finally:
+        set_engine_client(None)
+
+
+def through_openai(raw: str) -> Any:
+    """The `openai` client reading `raw` as the body of a stream (over its own HTTP client)."""
+    import httpx2
+    import openai
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"Content-Type": "text/event-stream"}, text=raw)
+
+    client = openai.OpenAI(
+        base_url="http://qassist.test/v1",
+        api_key="qa_test",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(answer)),
+        max_retries=0,
+    )
+    return client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}], stream=True
+    )
+
+
+async def test_a_stream_waiting_in_line_tells_its_place_and_estimate_as_comments(
+    key: str,
+) -> None:
+    response, raw = await queued_response(ask("x", stream=True), key)
+    assert response.status_code == 200
+    blocks = [b for b in raw.split("\n\n") if b]
+    assert blocks[:2] == [
+        ': queued {"position": 2, "estimated_wait": 12.5}',
+        ': queued {"position": 1, "estimated_wait": null}',
+    ]
+    # Then the reply as before: the role chunk once it starts, its text, [DONE].
+    chunks = [json.loads(b.removeprefix("data: ")) for b in blocks[2:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert "".join(c["choices"][0]["delta"]["content"] or "" for c in chunks) == "then me"
+    assert blocks[-1] == "data: [DONE]"
+    # SSE clients skip comments: the `openai` client reads the same reply.
+    text = "".join(c.choices[0].delta.content or "" for c in through_openai(raw) if c.choices)
+    assert text == "then me"
+
+
+async def test_a_whole_reply_that_waited_in_line_is_one_json_body(key: str) -> None:
+    response, _ = await queued_response(ask("x"), key)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "then me"
+
+
+async def test_a_stream_refused_busy_after_waiting_in_line_ends_with_an_error_event(
+    key: str,
+) -> None:
+    import openai
+
+    response, raw = await queued_response(ask("x", stream=True), key, ending="busy")
+    assert response.status_code == 200  # the stream opened to tell its place in line
+    blocks = [b for b in raw.split("\n\n") if b]
+    assert [b.startswith(": queued") for b in blocks] == [True, True, False]
+    error = json.loads(blocks[-1].removeprefix("data: "))["error"]
+    assert error["code"] == "busy"
+    with pytest.raises(openai.APIError, match="busy"):
+        list(through_openai(raw))

@@ -88,7 +88,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
 
 
 def test_models_list_names_the_served_model(api: Api) -> None:
-    assert [m.id for m in api.client().models.list()] == ["smollm2-135m"]
+    assert [m.id for m in api.client().models.list()] == ["smollm2-135m", "hashing"]
 
 
 def test_a_completion_comes_back_with_usage(api: Api) -> None:

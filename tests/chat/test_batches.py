@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -409,9 +410,14 @@ def test_rest_accepts_jsonl_with_custom_ids_and_returns_results_as_jsonl(
             "stream",
         ),
         (
-            {"requests": [chat_request("a"), chat_request("b", tools=[{"type": "function"}])]},
+            {
+                "requests": [
+                    chat_request("a"),
+                    chat_request("b", tools=[{"type": "function", "function": {"name": "f"}}]),
+                ]
+            },
             "requests[1].tools",
-            "",
+            "not available in a batch",
         ),
         ({"requests": []}, "requests", "at least one"),
         ({"requests": [chat_request("a")], "colour": "red"}, "colour", "Unrecognized"),
@@ -466,6 +472,70 @@ def test_rest_cancels_a_batch(client, api_key, tenant):
 
 def test_a_batch_needs_a_key(client):
     assert client.post("/v1/batches", {}, content_type="application/json").status_code == 401
+
+
+# --- giving way to drafts -------------------------------------------------------------------
+
+
+def ask_for_a_draft(tenant):
+    """A draft someone asked for in the admin, waiting for the worker. On a thread of its own:
+    the engine's script runs inside the runner's event loop, where the ORM may not."""
+    from chat.cached_replies import candidate_draft_start, candidate_record
+
+    def ask():
+        candidate = candidate_record(tenant=tenant, question="Wifi?", answer="guest")
+        assert candidate is not None
+        candidate_draft_start(candidate=candidate)
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    thread.join()
+
+
+def test_with_redis_a_runner_gives_its_batch_back_between_items_when_a_draft_waits(
+    tenant, engine, monkeypatch, batch_dispatches
+):
+    monkeypatch.setattr("inference.service.engine_mode", lambda: "redis")
+
+    def first(rid):
+        ask_for_a_draft(tenant)  # asked while item 0 runs
+        return [Delta(rid, "answer to zero"), Done(rid, "stop", 10, 4)]
+
+    engine.script = {0: first}
+    batch = make_batch(tenant, ["zero", "one", "two"])
+    batch_dispatches.clear()
+
+    # Item 0 ends as usual; the runner then gives the batch back instead of taking item 1, and
+    # queues it again (behind the draft: the worker takes the interactive queue first).
+    assert batches.batch_run(batch_id=batch.id, concurrency=1) == "yielded"
+    assert statuses(batch) == ["done", "pending", "pending"]
+    assert batch_dispatches == [batch.id]
+
+    from chat.models import CachedReplyCandidate
+
+    CachedReplyCandidate.objects.update(draft_status="ready")  # the worker wrote the draft
+    assert batches.batch_run(batch_id=batch.id, concurrency=1) == "completed"
+    assert statuses(batch) == ["done"] * 3
+    assert [s.messages[-1].content for s in engine.submissions] == ["zero", "one", "two"]
+
+
+def test_embedded_a_batch_does_not_give_way_drafts_run_on_their_own_threads(
+    tenant, engine, monkeypatch
+):
+    monkeypatch.setattr("inference.service.engine_mode", lambda: "embedded")
+    ask_for_a_draft(tenant)
+    batch = make_batch(tenant, ["zero", "one"])
+    assert batches.batch_run(batch_id=batch.id, concurrency=1) == "completed"
+
+
+def test_a_draft_presumed_lost_holds_no_batch_back(tenant, engine, monkeypatch):
+    from chat.models import CachedReplyCandidate
+
+    monkeypatch.setattr("inference.service.engine_mode", lambda: "redis")
+    ask_for_a_draft(tenant)
+    CachedReplyCandidate.objects.update(draft_requested_at=timezone.now() - timedelta(minutes=11))
+    batch = make_batch(tenant, ["zero", "one"])
+    assert batches.batch_run(batch_id=batch.id, concurrency=1) == "completed"
 
 
 # --- admin -----------------------------------------------------------------------------------

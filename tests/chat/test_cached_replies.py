@@ -10,6 +10,8 @@ from datetime import timedelta
 import pytest
 import redis
 from django.core.exceptions import ValidationError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from chat import cached_replies, services
@@ -457,6 +459,130 @@ def test_the_same_question_twice_in_one_file_is_one_reply_updated(tenant):
     result = cached_replies.cached_replies_import(text=text, tenants=None, user=None)
     assert (result.created, result.updated) == (1, 1)
     assert CachedReply.objects.get().answer == "second"
+
+
+def rows_csv(n, tenant="acme", start=0):
+    lines = ["tenant,question,alternatives,answer"]
+    lines += [
+        f'{tenant},Question {i}?,"q {i}\n问题 {i}",Answer {i}.' for i in range(start, start + n)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_import_reads_the_table_once_whatever_its_rows(tenant):
+    """Each row once scanned every reply (2,000 rows took 53 s, growing with the square)."""
+    cached_replies.cached_replies_import(text=rows_csv(1500), tenants=None, user=None)
+    with CaptureQueriesContext(connection) as queries:
+        result = cached_replies.cached_replies_import(
+            text=rows_csv(1500, start=1000), tenants=None, user=None
+        )
+    assert (result.created, result.updated) == (1000, 500)
+    assert CachedReply.objects.count() == 2500
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    assert len(reads) <= 3  # the tenants, the replies with their authors
+    assert len(queries) <= 500 + 50  # an UPDATE per updated reply, INSERTs by the hundred
+
+
+def test_an_import_refuses_what_the_form_refuses_with_the_same_words(tenant):
+    taken = cached(tenant=tenant, question="Where is the canteen?", alternatives="canteen")
+    text = (
+        "tenant,question,alternatives,answer\n"
+        "acme,Lunch?,Where is the CANTEEN,At noon\n"  # line 2: another reply's question
+        "acme,Coffee?,,Floor 2\n"  # line 3: fine
+        "acme,Tea?,coffee,Floor 3\n"  # line 4: line 3's question, in this very file
+        "acme,?!,,Nothing\n"  # line 5: only punctuation
+    )
+    with pytest.raises(cached_replies.CachedReplyImportError) as caught:
+        cached_replies.cached_replies_import(text=text, tenants=None, user=None)
+    errors = caught.value.errors
+    assert [e.split(":")[0] for e in errors] == ["line 2", "line 4", "line 5"]
+    form = CachedReply(
+        tenant=tenant, question="Lunch?", alternatives="Where is the CANTEEN", answer="At noon"
+    )
+    with pytest.raises(ValidationError) as by_form:
+        form.full_clean(validate_unique=False)
+    assert errors[0] == f"line 2: {' '.join(by_form.value.messages)}"
+    assert "“coffee” already answers the cached reply “Coffee?”" in errors[1]
+    assert "only punctuation or spaces" in errors[2]
+    assert list(CachedReply.objects.all()) == [taken]
+
+
+def test_an_update_may_free_a_phrasing_that_a_later_row_takes(tenant):
+    cached(tenant=tenant, question="Wifi?", alternatives="guest network")
+    text = (
+        "tenant,question,alternatives,answer\n"
+        "acme,Wifi?,,Ask the desk\n"  # drops "guest network" ...
+        "acme,Guests?,guest network,Ask reception\n"  # ... which this row takes
+    )
+    result = cached_replies.cached_replies_import(text=text, tenants=None, user=None)
+    assert (result.created, result.updated) == (1, 1)
+    assert CachedReply.objects.get(question="Guests?").alternatives == "guest network"
+
+
+def test_a_file_over_the_row_limit_is_refused_whole(tenant, settings):
+    settings.QASSIST_CACHED_REPLY_IMPORT_MAX_ROWS = 10
+    with pytest.raises(cached_replies.CachedReplyImportError, match="more than 10 rows"):
+        cached_replies.cached_replies_import(text=rows_csv(11), tenants=None, user=None)
+    assert cached_replies.cached_replies_import(text=rows_csv(10), tenants=None, user=None)
+    assert CachedReply.objects.count() == 10
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(settings):
+    settings.QASSIST_CACHED_REPLY_IMPORT_MAX_MB = 1
+    with pytest.raises(cached_replies.CachedReplyImportError, match="at most 1 MB"):
+        cached_replies.check_import_size(size=2**20 + 1)
+    cached_replies.check_import_size(size=2**20)
+
+
+def test_an_import_writes_in_short_transactions(tenant, monkeypatch):
+    monkeypatch.setattr(cached_replies, "IMPORT_CHUNK_ROWS", 100)
+    seen = []
+    cached_replies.cached_replies_import(
+        text=rows_csv(250), tenants=None, user=None, progress=lambda *p: seen.append(p)
+    )
+    assert [p for p in seen if p[0] == "writing"] == [
+        ("writing", 100, 250),
+        ("writing", 200, 250),
+        ("writing", 250, 250),
+    ]
+    assert ("checking", 250, 250) in seen
+    assert seen.index(("checking", 250, 250)) < seen.index(("writing", 100, 250))
+
+
+def test_formulas_survive_an_export_and_import(tenant):
+    cached(tenant=tenant, question="=1+1?", alternatives="-minus\n'=quoted", answer="@here")
+    exported = cached_replies.cached_replies_export(
+        replies=CachedReply.objects.select_related("tenant", "created_by")
+    )
+    assert "'=1+1?" in exported
+    CachedReply.objects.all().delete()
+    cached_replies.cached_replies_import(text=exported, tenants=None, user=None)
+    reply = CachedReply.objects.get()
+    assert (reply.question, reply.alternatives, reply.answer) == (
+        "=1+1?",
+        "-minus\n'=quoted",
+        "@here",
+    )
+
+
+def test_a_tenant_admins_import_does_not_set_hits_or_who_made_a_reply(
+    tenant, tenant_admin, admin_user
+):
+    text = (
+        "tenant,question,answer,hits,last_hit_at,created_at,created_by\n"
+        "acme,Wifi?,guest,9999,2020-01-01T00:00:00+00:00,2001-01-01T00:00:00+00:00,admin\n"
+    )
+    mine = type(tenant).objects.filter(pk=tenant.pk)
+    result = cached_replies.cached_replies_import(text=text, tenants=mine, user=tenant_admin)
+    assert result.ignored_columns == ("hits", "last_hit_at", "created_at", "created_by")
+    reply = CachedReply.objects.get()
+    assert (reply.hits, reply.last_hit_at, reply.created_by) == (0, None, tenant_admin)
+    assert reply.created_at.year > 2001
+    # A superuser restoring a backup does set them.
+    result = cached_replies.cached_replies_import(text=text, tenants=None, user=admin_user)
+    assert result.ignored_columns == ()
+    reply.refresh_from_db()
+    assert (reply.hits, reply.created_by, reply.created_at.year) == (9999, admin_user, 2001)
 
 
 def test_stored_messages_do_not_change_when_a_reply_is_served(member, tenant):

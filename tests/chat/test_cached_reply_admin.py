@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import io
+from datetime import timedelta
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from chat import cached_replies
-from chat.models import CachedReply, CachedReplyCandidate
+from chat.models import CachedReply, CachedReplyCandidate, CachedReplyImport
+from chat.tasks import import_cached_replies
 
 pytestmark = pytest.mark.django_db
 
@@ -66,6 +72,27 @@ def test_export_action_downloads_the_selected_replies_as_csv(admin_client, tenan
     assert "Lunch?" not in body
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def test_the_export_writes_formulas_as_text(admin_client, tenant, tenant_admin):
+    """A tenant admin's formulas reach the superuser's spreadsheet as words."""
+    reply = CachedReply.objects.create(
+        tenant=tenant,
+        question='=HYPERLINK("http://evil.example","Open")',
+        alternatives="+cmd\n-x",
+        answer="@SUM(1+1)*cmd|' /C calc'!A0",
+    )
+    response = admin_client.post(
+        reverse(CHANGELIST), {"action": "export_csv", "_selected_action": [reply.pk]}
+    )
+    [row] = list(csv.DictReader(io.StringIO(response.content.decode())))
+    for cell in row.values():
+        assert not cell.startswith(FORMULA_STARTS), cell
+    assert row["question"] == '\'=HYPERLINK("http://evil.example","Open")'
+    assert row["answer"] == "'@SUM(1+1)*cmd|' /C calc'!A0"
+
+
 def test_an_import_with_a_bad_row_lists_it_and_imports_nothing(admin_client, tenant):
     upload = SimpleUploadedFile(
         "replies.csv", b"tenant,question,answer\nacme,Wifi?,guest\nacme,Lunch?,\n", "text/csv"
@@ -96,6 +123,132 @@ def test_a_tenant_admin_cannot_import_into_another_tenant(tenant_admin, other_te
     assert not CachedReply.objects.exists()
 
 
+# --- large imports in the background ---------------------------------------------------------
+
+
+def csv_upload(rows, tenant="acme", extra=""):
+    lines = ["tenant,question,answer" + extra]
+    lines += [f"{tenant},Question {i}?,Answer {i}." + ("," * extra.count(",")) for i in range(rows)]
+    return SimpleUploadedFile("big.csv", ("\n".join(lines) + "\n").encode(), "text/csv")
+
+
+@pytest.fixture
+def small_inline(monkeypatch):
+    monkeypatch.setattr(cached_replies, "IMPORT_INLINE_MAX_ROWS", 5)
+
+
+def test_a_large_file_is_imported_in_the_background_with_its_progress_shown(
+    tenant_admin, tenant, small_inline, import_dispatches, django_capture_on_commit_callbacks
+):
+    client = client_for(tenant_admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("admin:chat_cachedreply_import"), {"file": csv_upload(12)})
+    job = CachedReplyImport.objects.get()
+    status_url = reverse("admin:chat_cachedreply_import_status", args=[job.pk])
+    assert response.status_code == 302
+    assert response["Location"] == status_url
+    assert import_dispatches == [job.pk]  # sent to Celery once committed
+    assert not CachedReply.objects.exists()
+    queued = client.get(status_url).content.decode()
+    assert 'data-status="queued"' in queued
+    assert 'http-equiv="refresh"' in queued  # the page follows it by itself
+
+    assert import_cached_replies(str(job.pk)) == "done"  # what the Celery worker runs
+
+    done = client.get(status_url).content.decode()
+    assert "Imported 12 cached reply(ies):" in done
+    assert 'http-equiv="refresh"' not in done
+    assert CachedReply.objects.filter(tenant=tenant, created_by=tenant_admin).count() == 12
+    job.refresh_from_db()
+    assert job.text == ""  # the file is not kept
+    assert job.rows_done == job.rows_total == 12
+    # Listed on the import page, for the one who started it.
+    assert status_url in client.get(reverse("admin:chat_cachedreply_import")).content.decode()
+
+
+def test_a_refused_background_import_lists_every_bad_row_and_imports_nothing(
+    admin_client, tenant, small_inline
+):
+    text = "tenant,question,answer\n" + "".join(
+        f"acme,Q{i}?,{'' if i in (3, 7) else 'A'}\n" for i in range(10)
+    )
+    admin_client.post(
+        reverse("admin:chat_cachedreply_import"),
+        {"file": SimpleUploadedFile("bad.csv", text.encode())},
+    )
+    job = CachedReplyImport.objects.get()
+    cached_replies.cached_reply_import_run(import_id=job.pk)
+    page = admin_client.get(reverse("admin:chat_cachedreply_import_status", args=[job.pk]))
+    body = page.content.decode()
+    assert "Nothing was imported." in body
+    assert "line 5: answer" in body
+    assert "line 9: answer" in body
+    assert not CachedReply.objects.exists()
+
+
+def test_a_run_happens_once_however_often_its_message_arrives(admin_client, tenant, small_inline):
+    admin_client.post(reverse("admin:chat_cachedreply_import"), {"file": csv_upload(6)})
+    job = CachedReplyImport.objects.get()
+    assert cached_replies.cached_reply_import_run(import_id=job.pk).status == "done"
+    assert cached_replies.cached_reply_import_run(import_id=job.pk).status == "done"
+    assert CachedReply.objects.count() == 6
+
+
+def test_an_import_whose_message_was_lost_is_sent_again_by_beat(
+    admin_client, tenant, small_inline, import_dispatches
+):
+    admin_client.post(reverse("admin:chat_cachedreply_import"), {"file": csv_upload(6)})
+    job = CachedReplyImport.objects.get()
+    import_dispatches.clear()
+    assert cached_replies.cached_reply_imports_resume() == 0  # too soon to call it lost
+    later = timezone.now() + timedelta(minutes=2)
+    assert cached_replies.cached_reply_imports_resume(now=later) == 1
+    assert import_dispatches == [job.pk]
+
+
+def test_someone_elses_import_is_not_found(
+    tenant_admin, other_admin, admin_client, tenant, small_inline
+):
+    client_for(tenant_admin).post(reverse("admin:chat_cachedreply_import"), {"file": csv_upload(6)})
+    url = reverse("admin:chat_cachedreply_import_status", args=[CachedReplyImport.objects.get().pk])
+    assert client_for(other_admin).get(url).status_code == 404
+    assert admin_client.get(url).status_code == 200  # superusers follow every import
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "upload", "says"),
+    [
+        ("QASSIST_CACHED_REPLY_IMPORT_MAX_ROWS", 10, lambda: csv_upload(11), "more than 10 rows"),
+        (
+            "QASSIST_CACHED_REPLY_IMPORT_MAX_MB",
+            1,
+            lambda: SimpleUploadedFile("big.csv", b"question,answer\n" + b"x" * 2**20),
+            "at most 1 MB",
+        ),
+    ],
+)
+def test_a_file_over_a_limit_is_refused_with_a_reason(
+    admin_client, tenant, settings, setting, value, upload, says
+):
+    setattr(settings, setting, value)
+    response = admin_client.post(reverse("admin:chat_cachedreply_import"), {"file": upload()})
+    assert response.status_code == 200
+    assert says in response.content.decode()
+    assert not CachedReply.objects.exists()
+    assert not CachedReplyImport.objects.exists()
+
+
+def test_a_tenant_admin_is_told_the_record_columns_were_not_applied(tenant_admin, tenant):
+    upload = SimpleUploadedFile(
+        "r.csv", b"tenant,question,answer,hits,created_by\nacme,Wifi?,guest,500,admin\n"
+    )
+    response = client_for(tenant_admin).post(
+        reverse("admin:chat_cachedreply_import"), {"file": upload}, follow=True
+    )
+    assert "hits, created_by were not applied" in response.content.decode()
+    assert CachedReply.objects.get().hits == 0
+
+
 @pytest.fixture
 def candidate(tenant):
     for _ in range(3):
@@ -113,6 +266,14 @@ def test_candidates_are_listed_with_their_count_and_latest_answer(admin_client, 
     page = response.content.decode()
     assert "Ground floor." in page
     assert '<td class="field-count">3</td>' in page
+    # A question asked once could be one person's words: listed only under the tenant's
+    # content audit (docs/privacy.md).
+    everything = admin_client.get(
+        reverse("admin:chat_cachedreplycandidate_changelist"), {"recurring": "all"}
+    )
+    assert len(everything.context["cl"].result_list) == 1
+    tenant.content_audit = True
+    tenant.save()
     everything = admin_client.get(
         reverse("admin:chat_cachedreplycandidate_changelist"), {"recurring": "all"}
     )
@@ -164,7 +325,7 @@ def test_the_draft_action_starts_a_background_draft_after_commit(
             {"action": "draft_answers", "_selected_action": [candidate.pk]},
             follow=True,
         )
-    assert "Drafting 1 answer(s) at background priority" in response.content.decode()
+    assert "Queued 1 draft(s), ahead of any batch" in response.content.decode()
     assert started == [candidate.pk]
     candidate.refresh_from_db()
     assert candidate.draft_status == CachedReplyCandidate.DraftStatus.PENDING

@@ -19,6 +19,7 @@ from chat import services
 from chat.models import CachedReply, ChatSession, Message
 from inference.local import LocalEngineClient
 from inference.service import set_engine_client
+from inference.speed import MIN_STEPS
 from qassist.asgi import application
 from tenants.models import Membership, Tenant
 from tests.chat.conftest import FakeEngine
@@ -147,7 +148,7 @@ async def test_a_follow_up_continues_the_same_session(
     engine: FakeEngine, member: User, tenant: Tenant
 ) -> None:
     socket = await connected_as(member)
-    first = await ask(socket, "one")
+    first: list[Any] = await ask(socket, "one")
     session_id = first[0]["session"]["id"]
 
     second = await ask(socket, "two", session_id)
@@ -386,6 +387,33 @@ async def test_edit_answers_a_new_version_of_the_last_user_message(
     await socket.disconnect()
 
 
+async def test_an_earlier_question_edited_over_the_socket_branches_from_there(
+    engine: FakeEngine, member: User, tenant: Tenant
+) -> None:
+    socket = await connected_as(member)
+    first = await ask(socket, "one")
+    session_id = first[0]["session"]["id"]
+    await ask(socket, "two", session=session_id)
+    await socket.send_json_to(
+        {
+            "type": "chat.edit",
+            "session": session_id,
+            "content": "uno",
+            "message": first[0]["user_message"]["id"],
+        }
+    )
+    frames = await until_done(socket)
+    edited = frames[0]["user_message"]
+    assert edited["versions"] == [first[0]["user_message"]["id"], edited["id"]]
+    assert list(engine.runner.prompts)[-1] == "<user>uno\n<assistant>"
+    await socket.send_json_to(
+        {"type": "chat.edit", "session": session_id, "content": "x", "message": "one"}
+    )
+    error = await socket.receive_json_from(timeout=5)
+    assert (error["type"], error["code"]) == ("error", "not_found")
+    await socket.disconnect()
+
+
 async def test_the_model_sees_only_the_chosen_branch(
     engine: FakeEngine, member: User, tenant: Tenant
 ) -> None:
@@ -451,6 +479,37 @@ async def test_a_second_request_waits_in_line_with_its_position(
     frames = await until_done(second)
     assert joined(frames) == "then me"
     assert frames[-1]["reply"]["status"] == "complete"
+    await first.disconnect()
+    await second.disconnect()
+
+
+async def test_a_request_waiting_in_line_hears_an_estimated_wait(
+    use_engine: Callable[..., FakeEngine], member: User, owner: User, tenant: Tenant
+) -> None:
+    script = {"first": "w" * 300, "second": "then me"}
+    runner = FakeRunner(n_seq_max=1, step_delay=0.005, reply_for=script.__getitem__)
+    runner.step_seconds = lambda decode, prefill: 0.05  # what each step "took"
+    use_engine(runner)
+    first, second = await connected_as(member), await connected_as(owner)
+    await first.send_json_to({"type": "chat.send", "session": None, "content": "first"})
+    deltas = 0
+    while deltas < MIN_STEPS + 5:  # one delta a step: the engine has measured its steps
+        deltas += (await first.receive_json_from(timeout=5))["type"] == "delta"
+
+    await second.send_json_to({"type": "chat.send", "session": None, "content": "second"})
+    assert (await second.receive_json_from(timeout=5))["type"] == "reply.start"
+    queued = await second.receive_json_from(timeout=5)
+    assert queued["type"] == "queued"
+    assert queued["position"] == 1
+    # The running reply's remaining tokens at 0.05 s a step (its max_tokens, before any
+    # reply finished to say how long replies are).
+    assert isinstance(queued["estimated_wait"], float)
+    assert 0 < queued["estimated_wait"] <= 512 * 0.05
+
+    await first.send_json_to({"type": "chat.stop"})
+    await until_done(first)
+    frames = await until_done(second)
+    assert joined(frames) == "then me"
     await first.disconnect()
     await second.disconnect()
 
@@ -536,6 +595,16 @@ async def test_a_model_that_cannot_load_is_reported_as_worker_down(
         ({"bytes": b""}, "bad_frame"),
         ({"bytes_data": b"\x00\x01binary"}, "bad_frame"),
         ({"text_data": "x" * 300_000}, "frame_too_large"),
+        ({"text_data": "[" * 100_000 + "]" * 100_000}, "bad_frame"),  # once a crash
+        ({"text_data": '{"type": "chat.send", "x": ' + "[" * 70 + "]" * 70 + "}"}, "bad_frame"),
+        (
+            {"text_data": '{"type": "chat.send", "session": null, "content": "a\\ud800b"}'},
+            "invalid_message",  # once `internal`: the database could not store it
+        ),
+        (
+            {"text_data": '{"type": "chat.edit", "session": null, "content": "\\udfff"}'},
+            "invalid_message",
+        ),
         (
             {"text_data": '{"type": "chat.send", "session": null, "content": "a\\u0000b"}'},
             "invalid_message",
@@ -644,6 +713,34 @@ async def test_a_new_conversation_gets_a_generated_title_after_its_first_reply(
     assert session.title == "Q3 offsite"
     requests = {rid for b in fake.runner.batches for rid, _ in b.prefills}
     assert len(requests) == 2  # the reply, then the title
+    await socket.disconnect()
+
+
+async def test_a_follow_up_sent_the_instant_reply_done_arrives_is_answered_while_titling(
+    use_engine: Callable[..., FakeEngine], member: User, settings: Any
+) -> None:
+    """reply.done means the connection is ready: the title asked for afterwards (20 slow
+    tokens here, about a second) runs on its own and never makes a follow-up busy."""
+    settings.QASSIST_GENERATE_TITLES = True
+
+    def reply_for(prompt: str) -> str:
+        return "Planning the offsite in detail" if "title" in prompt else "Sure."
+
+    use_engine(FakeRunner(step_delay=0.05, reply_for=reply_for))
+    socket = await connected_as(member)
+    first = await ask(socket, "help me plan the Q3 offsite for our team")
+    session_id = first[0]["session"]["id"]
+
+    await socket.send_json_to({"type": "chat.send", "session": session_id, "content": "and then?"})
+    follow_up = await until_done(socket)
+
+    assert of(follow_up, "error") == []
+    assert joined(follow_up) == "Sure."
+    assert follow_up[-1]["reply"]["status"] == "complete"
+    # The title was still being generated when the follow-up was sent: it arrives afterwards.
+    title = await socket.receive_json_from(timeout=5)
+    assert title["type"] == "session.title"
+    assert title["session"]["id"] == session_id
     await socket.disconnect()
 
 

@@ -214,6 +214,7 @@ def test_a_conversation_page_carries_its_stored_messages(member: User, tenant: T
         "title": "Greetings",
         "updated_at": session.updated_at.isoformat(),
         "archived": False,
+        "pinned": False,
     }
     assert [(m["role"], m["content"]) for m in data["messages"]] == [
         ("user", "你好"),
@@ -380,7 +381,10 @@ def test_the_messages_endpoint_returns_what_is_stored(member: User, tenant: Tena
         "ttft_ms",
         "created_at",
         "versions",
+        "grounding",  # the user's question: whether documents answered it (company knowledge)
     }
+    # A reply lists the sources its question was given: none without company knowledge.
+    assert body["messages"][1]["sources"] == []
 
 
 def test_chat_pages_forbid_inline_script(member: User, tenant: Tenant) -> None:

@@ -257,8 +257,9 @@ def test_the_default_login_lockout_settings_pass() -> None:
         ("AXES_FAILURE_LIMIT", 0),
         ("AXES_FAILURE_LIMIT", -1),  # what env_int keeps for an unparseable value
         ("AXES_COOLOFF_TIME", timedelta(minutes=-1)),
-        ("AXES_LOCKOUT_PARAMETERS", ["usernme"]),
-        ("AXES_LOCKOUT_PARAMETERS", []),
+        ("QASSIST_LOGIN_ADDRESS_FAILURE_LIMIT", 0),
+        ("QASSIST_LOGIN_ADDRESS_FAILURE_LIMIT", -1),
+        ("QASSIST_LOGIN_USER_THROTTLE_SECONDS", -1.0),
     ],
 )
 def test_a_malformed_login_lockout_setting_is_named(
@@ -267,6 +268,12 @@ def test_a_malformed_login_lockout_setting_is_named(
     setattr(settings, name, value)
     [error] = checks.check_login_lockout()
     assert error.id == "qassist.E006"
+
+
+def test_the_retired_lockout_by_setting_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QASSIST_LOGIN_LOCKOUT_BY", "username")
+    [warning] = checks.check_login_lockout()
+    assert warning.id == "qassist.W006"
 
 
 # --- qassist.E007: scheduling ----------------------------------------------------------------
@@ -290,6 +297,8 @@ def test_an_unknown_queue_policy_is_an_error(settings: Settings) -> None:
         ("QASSIST_MAX_WAIT_SECONDS", -1.0),
         ("QASSIST_MIN_STREAM_SPEED", -1.0),
         ("QASSIST_MIN_STREAM_SPEED", float("nan")),
+        ("QASSIST_TTFT_TARGET_SECONDS", -2.0),
+        ("QASSIST_MIN_STREAM_SPEED_HARD", float("inf")),
         ("QASSIST_HOST_CACHE_MB", -1),
     ],
 )
@@ -305,6 +314,31 @@ def test_scheduling_numbers_out_of_range_are_errors(
 def test_the_speed_floor_and_the_host_cache_may_be_turned_off(settings: Settings) -> None:
     settings.QASSIST_MIN_STREAM_SPEED = 0.0
     settings.QASSIST_HOST_CACHE_MB = 0
+    assert checks.check_scheduling() == []
+
+
+def test_the_hard_minimum_must_not_be_above_the_floor(settings: Settings) -> None:
+    settings.QASSIST_MIN_STREAM_SPEED = 3.0
+    settings.QASSIST_MIN_STREAM_SPEED_HARD = 4.0
+    messages = checks.check_scheduling()
+    assert ids(messages) == ["qassist.E007"]
+    assert "QASSIST_MIN_STREAM_SPEED_HARD=4" in messages[0].msg
+
+
+def test_the_first_token_target_must_come_before_the_wait_bound(settings: Settings) -> None:
+    settings.QASSIST_TTFT_TARGET_SECONDS = 90.0
+    settings.QASSIST_MAX_WAIT_SECONDS = 90.0
+    messages = checks.check_scheduling()
+    assert ids(messages) == ["qassist.E007"]
+    assert "shorter than the wait bound" in messages[0].msg
+
+
+def test_a_floor_that_never_yields_or_no_floor_needs_no_hard_minimum(settings: Settings) -> None:
+    settings.QASSIST_MIN_STREAM_SPEED_HARD = 9.0  # above the floor, but never used:
+    settings.QASSIST_TTFT_TARGET_SECONDS = 0.0  # the floor never yields
+    assert checks.check_scheduling() == []
+    settings.QASSIST_TTFT_TARGET_SECONDS = 2.0
+    settings.QASSIST_MIN_STREAM_SPEED = 0.0  # no floor at all
     assert checks.check_scheduling() == []
 
 

@@ -163,6 +163,55 @@ def test_too_many_form_fields_is_a_400_and_one_warning_line(
     assert "WARNING django.security.TooManyFieldsSent" in lines[0]
 
 
+def test_a_form_over_the_upload_limit_is_a_413_page_not_a_500(
+    client: Client, security_log: io.StringIO
+) -> None:
+    response = client.post(
+        "/accounts/login/",
+        b"username=a&password=" + b"x" * (3 * 2**20),
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert response.status_code == 413
+    assert "too large" in response.content.decode()
+    assert "Content-Security-Policy" in response
+
+
+def test_a_json_body_over_the_upload_limit_is_a_json_413(member: User, tenant: Tenant) -> None:
+    session = services.session_create(user=member, tenant=tenant)
+    client = logged_in(member)
+    body = b'{"title": "' + b"x" * (3 * 2**20) + b'"}'
+    response = client.post(
+        reverse("chat:session_rename", args=[session.id]),
+        body,
+        content_type="application/json",
+        headers=JSON,
+    )
+    assert response.status_code == 413
+    assert error_of(response)["code"] == "request_too_large"
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"title": "\\ud800"}', "surrogate"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested"),
+    ],
+)
+def test_json_the_server_cannot_use_is_a_json_400(
+    member: User, tenant: Tenant, body: bytes, says: str
+) -> None:
+    session = services.session_create(user=member, tenant=tenant)
+    response = logged_in(member).post(
+        reverse("chat:session_rename", args=[session.id]),
+        body,
+        content_type="application/json",
+        headers=JSON,
+    )
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "bad_json"
+    assert says in error_of(response)["message"]
+
+
 # --- the Content-Security-Policy on every HTML page ---------------------------------------------
 
 

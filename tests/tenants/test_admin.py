@@ -14,7 +14,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from chat.batches import BatchRequest, batch_create
-from chat.models import Batch, CachedReply, CachedReplyCandidate, ChatSession, Message
+from chat.models import (
+    Batch,
+    CachedReply,
+    CachedReplyCandidate,
+    ChatSession,
+    ContentRead,
+    Message,
+)
 from inference.types import ChatMessage, SamplingParams
 from tenants.models import ApiKey, Membership, Tenant, UsageRecord
 from tenants.services import api_key_authenticate, api_key_create, api_key_revoke
@@ -47,6 +54,9 @@ def one_of_each(
             tenant=tenant,
             requests=[BatchRequest([ChatMessage("user", "Hi")], SamplingParams(max_tokens=8))],
         ),
+        ContentRead: ContentRead.objects.create(
+            reader_name="root", tenant=tenant, kind="conversation", session_id=session.id
+        ),
     }
 
 
@@ -65,6 +75,7 @@ def test_it_covers_every_registered_model() -> None:
         CachedReply,
         CachedReplyCandidate,
         Batch,
+        ContentRead,
     }
 
 
@@ -81,9 +92,16 @@ def test_it_renders_every_admin_page(
     change = reverse("admin:{}_{}_change".format(*info), args=[obj.pk])
     assert admin_client.get(change).status_code == 200
     add = admin_client.get(reverse("admin:{}_{}_add".format(*info)))
-    # Usage and candidates are recorded by the system, never typed in; a batch is submitted
-    # on a page of its own.
-    expected = {UsageRecord: 403, CachedReplyCandidate: 403, Batch: 302}.get(model, 200)
+    # Usage, candidates, conversations and their reads are recorded by the system, never
+    # typed in; a batch is submitted on a page of its own.
+    expected = {
+        UsageRecord: 403,
+        CachedReplyCandidate: 403,
+        ChatSession: 403,
+        Message: 403,
+        ContentRead: 403,
+        Batch: 302,
+    }.get(model, 200)
     assert add.status_code == expected
 
 
@@ -115,6 +133,12 @@ def test_it_refuses_a_bad_slug_in_the_tenant_form(admin_client: Client) -> None:
             "active": "on",
             "memberships-TOTAL_FORMS": 0,
             "memberships-INITIAL_FORMS": 0,
+            "group_mappings-TOTAL_FORMS": 0,  # single sign-on's group mappings (superusers)
+            "group_mappings-INITIAL_FORMS": 0,
+            "knowledge_base-TOTAL_FORMS": 0,  # the knowledge settings inline
+            "knowledge_base-INITIAL_FORMS": 0,
+            "prompt_suggestions-TOTAL_FORMS": 0,  # the suggestions inline
+            "prompt_suggestions-INITIAL_FORMS": 0,
         },
     )
     assert response.status_code == 200
@@ -128,25 +152,35 @@ def test_the_key_add_form_asks_only_tenant_name_and_expiry(admin_client: Client)
     assert list(form.fields) == ["tenant", "name", "expires_at"]
 
 
-def test_it_shows_a_new_key_once_and_stores_only_its_digest(
+def add_key(client: Client, tenant: Tenant, name: str = "from the admin"):
+    return client.post(
+        reverse("admin:tenants_apikey_add"),
+        {"tenant": tenant.pk, "name": name, "expires_at_0": "", "expires_at_1": ""},
+    )
+
+
+def test_it_shows_a_new_key_once_after_a_redirect_and_stores_only_its_digest(
     admin_client: Client, admin_user: User, tenant: Tenant
 ) -> None:
-    response = admin_client.post(
-        reverse("admin:tenants_apikey_add"),
-        {"tenant": tenant.pk, "name": "from the admin", "expires_at_0": "", "expires_at_1": ""},
-    )
-    # Shown in the answer to the POST itself: no redirect, so nothing carries it to a next page.
-    assert response.status_code == 200
-    assert "no-store" in response["Cache-Control"]
-    shown = KEY_RE.findall(response.content.decode())
-    assert len(set(shown)) == 1
-    raw = shown[0]
-    assert f'<code id="new-api-key">{raw}</code>' in response.content.decode()
-    assert all(raw not in morsel.value for morsel in response.cookies.values())
-    assert all(raw not in morsel.value for morsel in admin_client.cookies.values())
-    assert not list(get_messages(response.wsgi_request))
-
+    response = add_key(admin_client, tenant)
+    # Post/Redirect/Get: the form's answer carries no key, and a reload re-posts nothing.
     key = ApiKey.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:tenants_apikey_created", args=[key.pk])
+    assert not KEY_RE.search(response.content.decode())
+
+    shown = admin_client.get(response["Location"])
+    assert shown.status_code == 200
+    assert "no-store" in shown["Cache-Control"]
+    found = KEY_RE.findall(shown.content.decode())
+    assert len(set(found)) == 1
+    raw = found[0]
+    assert f'<code id="new-api-key">{raw}</code>' in shown.content.decode()
+    assert 'data-copy-target="new-api-key"' in shown.content.decode()
+    assert all(raw not in morsel.value for morsel in shown.cookies.values())
+    assert all(raw not in morsel.value for morsel in admin_client.cookies.values())
+    assert not list(get_messages(shown.wsgi_request))
+
     assert api_key_authenticate(raw_key=raw) == key
     assert key.name == "from the admin"
     assert key.created_by == admin_user
@@ -157,12 +191,49 @@ def test_it_shows_a_new_key_once_and_stores_only_its_digest(
         assert all(secret not in str(cell) for row in cursor.fetchall() for cell in row)
         cursor.execute("SELECT change_message, object_repr FROM django_admin_log")
         assert all(secret not in str(cell) for row in cursor.fetchall() for cell in row)
+    # It waited in the session between the POST and this GET; it is gone from it now.
     assert all(secret not in str(s.get_decoded()) for s in Session.objects.all())
 
     again = admin_client.get(reverse("admin:tenants_apikey_change", args=[key.pk]))
     assert secret not in again.content.decode()
     listing = admin_client.get(reverse("admin:tenants_apikey_changelist"))
     assert secret not in listing.content.decode()
+
+
+def test_reloading_the_key_page_makes_no_key_and_shows_the_key_no_more(
+    admin_client: Client, tenant: Tenant
+) -> None:
+    response = add_key(admin_client, tenant)
+    first = admin_client.get(response["Location"]).content.decode()
+    assert len(KEY_RE.findall(first)) == 1
+    reloaded = admin_client.get(response["Location"]).content.decode()
+    assert KEY_RE.findall(reloaded) == []
+    assert "was shown once, when it was made, and cannot be shown again" in reloaded
+    assert ApiKey.objects.count() == 1
+
+
+def test_a_key_left_unseen_for_ten_minutes_is_never_shown(
+    admin_client: Client, tenant: Tenant
+) -> None:
+    response = add_key(admin_client, tenant)
+    session = admin_client.session
+    stash = session["qassist_new_api_key"]
+    session["qassist_new_api_key"] = {**stash, "at": stash["at"] - 601}
+    session.save()
+    assert KEY_RE.findall(admin_client.get(response["Location"]).content.decode()) == []
+    assert "qassist_new_api_key" not in admin_client.session
+
+
+def test_another_tenants_admin_cannot_open_the_key_page(
+    tenant_admin: User, other_admin: User, tenant: Tenant
+) -> None:
+    ours = Client()
+    ours.force_login(tenant_admin)
+    response = add_key(ours, tenant)
+    theirs = Client()
+    theirs.force_login(other_admin)
+    assert theirs.get(response["Location"]).status_code == 404
+    assert len(KEY_RE.findall(ours.get(response["Location"]).content.decode())) == 1
 
 
 def test_it_shows_each_keys_status(admin_client: Client, tenant: Tenant) -> None:

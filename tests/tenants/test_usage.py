@@ -330,6 +330,20 @@ def test_the_records_list_exports_its_filtered_rows_as_csv(admin_client, tenant,
     ]
 
 
+def test_the_records_export_writes_a_formula_like_username_as_text(admin_client, tenant):
+    plus = User.objects.create_user("+cmd")
+    at = User.objects.create_user("@SUM")
+    for user in (plus, at):
+        UsageRecord.objects.create(tenant=tenant, user=user, prompt_tokens=1)
+    response = admin_client.post(
+        reverse("admin:tenants_usagerecord_changelist"),
+        {"action": "export_csv", "select_across": "1", "index": "0", "_selected_action": [0]},
+    )
+    body = b"".join(response.streaming_content).decode()
+    rows = list(csv.DictReader(io.StringIO(body)))
+    assert sorted(r["user"] for r in rows) == ["'+cmd", "'@SUM"]
+
+
 def test_api_keys_of_the_tenant_label_the_key_table(admin_client, tenant):
     key, _ = api_key_create(tenant=tenant, name="ci bot")
     UsageRecord.objects.create(tenant=tenant, api_key=key, prompt_tokens=1)
