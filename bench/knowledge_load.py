@@ -193,7 +193,13 @@ def qassist_knowledge(
 ) -> tuple[Run, dict[str, Any]]:
     """qassist's run for `users` employees, and the prompts its model was given."""
     with tempfile.TemporaryDirectory(prefix="qassist-knowledge-") as tmp:
-        q = Qassist(model, args, Path(tmp), QASSIST_KNOWLEDGE_MIN_SCORE="0.15")
+        q = Qassist(
+            model,
+            args,
+            Path(tmp),
+            QASSIST_KNOWLEDGE_MIN_SCORE="0.15",
+            QASSIST_PREFILL_BACKLOG=str(args.prefill_backlog),
+        )
         # One more account than users: the last one warms up (model, embedder, first search).
         cookies = make_accounts(q.env, {"acme": (users + 1, COMPANY_SYSTEM_PROMPT)})["acme"]
         started = time.perf_counter()
@@ -357,6 +363,12 @@ def main() -> None:
     parser.add_argument("--min-stream-speed", type=float, default=5.0)
     parser.add_argument("--max-wait", type=float, default=90.0)
     parser.add_argument("--host-cache-mb", type=int, default=1024)
+    parser.add_argument(
+        "--prefill-backlog",
+        type=int,
+        default=0,
+        help="QASSIST_PREFILL_BACKLOG (0: the default, one step's budget; a large value: no gate)",
+    )
     parser.add_argument(
         "--server-flags",
         default="--no-kv-unified --cache-reuse 256",

@@ -797,7 +797,7 @@ def run_scale_out(args: argparse.Namespace) -> int:
                 while True:
                     await asyncio.to_thread(sample)
                     n = sum(len(d) for d in done)
-                    if n >= total // 3 and both_finished_some() or n >= 2 * total // 3:
+                    if (n >= total // 3 and both_finished_some()) or n >= 2 * total // 3:
                         break
                     await asyncio.sleep(0.1)
                 stats_at_kill.update(json.loads(json.dumps(stats)))

@@ -109,6 +109,7 @@ class Engine:
         host_disk_bytes: int = 0,
         park_idle_steps: int = 0,
         compact_kv: bool = True,
+        max_prefill_backlog: int | None = None,
     ) -> None:
         self.runner = runner
         self.max_wait = max_wait
@@ -128,6 +129,7 @@ class Engine:
             park_idle_steps=park_idle_steps,
             compact=compact_kv,
             shared_pool=runner.kv_unified,
+            max_prefill_backlog=max_prefill_backlog,
         )
         ceiling = self.scheduler.max_running
         # Between `initial_running` (16) and the context's sequences: the floor decides how many

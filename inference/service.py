@@ -82,6 +82,7 @@ def build_engine() -> Engine:
         host_disk_bytes=settings.QASSIST_HOST_CACHE_DISK_MB * 1024 * 1024,
         park_idle_steps=settings.QASSIST_PARK_IDLE_STEPS,
         compact_kv=settings.QASSIST_KV_COMPACT,
+        max_prefill_backlog=settings.QASSIST_PREFILL_BACKLOG or None,
     )
 
 

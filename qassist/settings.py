@@ -274,6 +274,9 @@ QASSIST_THREADS = env_int("QASSIST_THREADS", os.cpu_count() or 2)
 # first token's trip to the client) runs first and waits less for a step's computation.
 QASSIST_ENGINE_NICE = env_int("QASSIST_ENGINE_NICE", 5)
 QASSIST_BATCH_TOKENS = env_int("QASSIST_BATCH_TOKENS", 256)  # token budget of one engine step
+# Prompt tokens still to compute above which a long uncached prompt waits in the queue
+# (docs/engine.md, "Admit"); 0: one step's budget (QASSIST_BATCH_TOKENS).
+QASSIST_PREFILL_BACKLOG = env_int("QASSIST_PREFILL_BACKLOG", 0)
 QASSIST_MAX_QUEUE = env_int("QASSIST_MAX_QUEUE", 64)  # requests waiting beyond the running ones
 QASSIST_DEFAULT_MAX_TOKENS = env_int("QASSIST_DEFAULT_MAX_TOKENS", 512)
 QASSIST_DEFAULT_TEMPERATURE = env_float("QASSIST_DEFAULT_TEMPERATURE", 0.7)
