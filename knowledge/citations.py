@@ -13,6 +13,11 @@ and qassist finds the passages the reply's words come from, then cites them afte
 - Cited: the best passage, when it holds a figure or identifier, or two words; then each other
   passage that holds a figure, or three words, of those the passages cited already do not.
 - A reply that cites passages itself ([2]) keeps its own citations.
+- A reply that rests on none of its passages but states something of its own (a figure or an
+  identifier, or two words, that no passage holds, words about the passages aside) gets a note
+  instead: not found in the documents, check it. A 0.5B model told to decline what its passages
+  do not cover declines most of what they do, so it is not told to; it answers, and the note
+  says when the answer did not come from the documents (an invented CEO, a gym's opening hours).
 
 Pure functions: no database, no model.
 """
@@ -29,6 +34,24 @@ FIGURE_WEIGHT = 3
 FIRST_SUPPORT = 2  # the best passage is cited for a figure, or two of the reply's added words
 MORE_SUPPORT = 3  # another one for a figure, or three words, that the cited ones do not hold
 _FIGURE = re.compile(r"\d|[A-Za-z][.\-@_][A-Za-z0-9]")
+
+
+# Words a reply uses about the passages themselves or to decline ("the passages do not mention
+# it", "I cannot say"): they state nothing that needs a source.
+META = frozenset(
+    "passage passages document documents text context information mention mentions mentioned "
+    "cover covers covered provide provided provides specific details detail sorry unfortunately "
+    "cannot can't unable say know sure answer question find found available "
+    "段落 文档 资料 信息 提到 提及 涉及 抱歉".split()
+)
+NOT_FOUND_NOTE = (
+    "\n\n*Not found in the documents: none of the passages found for this question says this; "
+    "check it before relying on it.*"
+)
+NOT_FOUND_NOTE_ZH = (
+    "\n\n*文档中没有找到依据：为这个问题找到的段落都没有提到这一点，请核实后再使用。*"
+)
+_CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _weight(word: str) -> int:
@@ -65,12 +88,27 @@ def supporting(reply: str, question: str, passages: Mapping[int, str]) -> list[i
     return cited
 
 
+def unsupported(reply: str, question: str, passages: Mapping[int, str]) -> bool:
+    """Whether the reply states something of its own that no passage holds (a figure or an
+    identifier, or two words, words about the passages aside) and rests on none of them."""
+    if supporting(reply, question, passages):
+        return False
+    held: set[str] = set()
+    for text in passages.values():
+        held |= set(words(text))
+    own = added_words(reply, question) - held - META
+    return sum(map(_weight, own)) >= FIRST_SUPPORT
+
+
 def citation_suffix(reply: str, question: str, passages: Mapping[int, str]) -> str:
-    """What to append to the reply: " [1]" or " [1][3]" for the passages it rests on, or "" when
-    it cites passages given itself or rests on none."""
+    """What to append to the reply: " [1]" or " [1][3]" for the passages it rests on; the
+    not-found note when it states things none of them holds; "" when it cites passages given
+    itself, or adds nothing to check."""
     if cited_numbers(reply) & set(passages):
         return ""
     numbers = supporting(reply, question, passages)
-    if not numbers:
-        return ""
-    return " " + "".join(f"[{n}]" for n in sorted(numbers))
+    if numbers:
+        return " " + "".join(f"[{n}]" for n in sorted(numbers))
+    if unsupported(reply, question, passages):
+        return NOT_FOUND_NOTE_ZH if _CJK.search(reply) else NOT_FOUND_NOTE
+    return ""

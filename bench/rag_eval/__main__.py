@@ -19,7 +19,9 @@ Reported per model:
 - answer accuracy: an expected fact in the reply (normalised: case, spaces, thousands
   separators, full-width forms), over the answerable questions;
 - unanswerable declined: the documents were judged not to answer (no passage given) or the
-  reply says they do not cover it;
+  reply as the reader sees it says they do not cover it: the model said so itself, or the
+  product's not-found note followed a reply that rests on no passage (knowledge.citations);
+  both shares are reported, with the note's errors: correct answers noted, wrong ones not;
 - correct, citing the source: of the correct replies, those whose citation (added by the
   product after the reply, knowledge.citations) names the expected document;
 - leaks: a globex term in a reply or in a passage acme was given (must be 0);
@@ -128,7 +130,8 @@ class Result:
     declined: bool = False
     leaked: list[str] = field(default_factory=list)
     retrieval_ms: float = 0.0
-    citation: str = ""  # what the product appends to the reply: " [2]"
+    citation: str = ""  # what the product appends to the reply: " [2]", or the not-found note
+    noted: bool = False  # that is the not-found note (knowledge.citations.unsupported)
     cites_source: bool = False  # that citation names the expected source
     tags: list[str] = field(default_factory=list)
 
@@ -313,7 +316,11 @@ def ask_all(
                         "document"
                     )
                 )
-                result.declined = result.grounding == "none_found" or says_not_covered(replies[key])
+                result.noted = result.citation.strip().startswith("*")
+                # Declined as the reader sees it: the model said so, or the product's note did.
+                result.declined = result.grounding == "none_found" or says_not_covered(
+                    replies[key] + result.citation
+                )
                 result.leaked += [t for t in q.get("leak_terms", []) if t in replies[key]]
     finally:
         if answerer is not None:
@@ -364,6 +371,11 @@ def summary(results: list[Result], *, answered: bool) -> dict[str, str]:
         row["follow-ups"] = share([r.correct for r in answerable if "follow-up" in r.tags])
         row["correct, citing the source"] = share([r.cites_source for r in answerable if r.correct])
         row["unanswerable declined"] = share([r.declined for r in unanswerable])
+        row["unanswerable declined by the model itself"] = share(
+            [r.grounding == "none_found" or says_not_covered(r.reply) for r in unanswerable]
+        )
+        row["wrong answers noted not found"] = share([r.noted for r in answerable if not r.correct])
+        row["correct answers noted not found"] = share([r.noted for r in answerable if r.correct])
     return row
 
 

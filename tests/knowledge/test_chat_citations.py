@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+from knowledge.citations import NOT_FOUND_NOTE
 from tenants.models import Tenant
 from tests.chat.test_consumer import ask, connected_as, joined, of, stored
 from tests.fakes import FakeRunner
@@ -34,7 +35,7 @@ async def test_a_chat_reply_resting_on_a_passage_streams_its_citation_last(
     await socket.disconnect()
 
 
-async def test_a_reply_the_passages_do_not_support_is_not_cited(
+async def test_a_reply_the_passages_do_not_support_is_not_cited_but_noted(
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:
     use_engine(FakeRunner(max_seq_tokens=4096, reply_for=lambda prompt: "Ask your manager."))
@@ -42,7 +43,11 @@ async def test_a_reply_the_passages_do_not_support_is_not_cited(
     socket = await connected_as(member)
     frames = await ask(socket, "What is the hotel cap in a Class A city?")
     done = of(frames, "reply.done")[0]["reply"]
-    assert done["content"] == "Ask your manager."
+    # Nothing to cite, and the reply says what no passage says: the note follows it, streamed
+    # and stored like the reply.
+    assert done["content"] == "Ask your manager." + NOT_FOUND_NOTE
+    assert joined(frames) == "Ask your manager." + NOT_FOUND_NOTE
+    assert (await stored(done["id"])).content == "Ask your manager." + NOT_FOUND_NOTE
     assert not any(s["cited"] for s in done["sources"])
     await socket.disconnect()
 

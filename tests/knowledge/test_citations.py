@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from knowledge.citations import citation_suffix, supporting
+from knowledge.citations import (
+    NOT_FOUND_NOTE,
+    NOT_FOUND_NOTE_ZH,
+    citation_suffix,
+    supporting,
+    unsupported,
+)
 
 PASSAGES = {
     1: "Hotels: EUR 210 a night in Class A cities such as London, EUR 155 in Class B cities.",
@@ -54,3 +60,29 @@ def test_a_reply_that_cites_a_given_passage_itself_is_left_as_it_is():
     assert citation_suffix("EUR 210 [1].", "Hotel cap?", PASSAGES) == ""
     # A number that names no passage given is not a citation: the reply is cited.
     assert citation_suffix("EUR 210 [9].", "Hotel cap?", PASSAGES) == " [1]"
+
+
+def test_a_reply_stating_what_no_passage_holds_gets_the_not_found_note():
+    # An invented figure: no passage holds 6am or 22:00.
+    reply = "The Berlin gym is open from 6am to 22:00."
+    assert unsupported(reply, "Is there a gym in the Berlin office?", PASSAGES)
+    assert citation_suffix(reply, "Is there a gym in the Berlin office?", PASSAGES) == (
+        NOT_FOUND_NOTE
+    )
+    # An invented name: two words of its own.
+    assert citation_suffix("The CEO is Jonathan Weber.", "Who is the CEO?", PASSAGES) == (
+        NOT_FOUND_NOTE
+    )
+    # A Chinese reply gets the note in Chinese.
+    reply = "上海办公室的健身房早上七点开门。"
+    assert citation_suffix(reply, "上海办公室有健身房吗？", PASSAGES) == NOT_FOUND_NOTE_ZH
+
+
+def test_a_reply_that_states_nothing_to_check_gets_no_note():
+    question = "Is there a gym in the Berlin office?"
+    # One word of its own is not a statement; words about the passages are not either.
+    assert citation_suffix("I do not know.", question, PASSAGES) == ""
+    assert citation_suffix("The passages do not mention this.", question, PASSAGES) == ""
+    assert citation_suffix("I cannot say.", question, PASSAGES) == ""
+    # A reply the passages support is cited, never noted.
+    assert citation_suffix("EUR 155 in Class B cities.", "Hotel cap in Lyon?", PASSAGES) == " [1]"
