@@ -199,6 +199,7 @@ def qassist_knowledge(
             Path(tmp),
             QASSIST_KNOWLEDGE_MIN_SCORE="0.15",
             QASSIST_PREFILL_BACKLOG=str(args.prefill_backlog),
+            **dict(item.split("=", 1) for item in args.env),
         )
         # One more account than users: the last one warms up (model, embedder, first search).
         cookies = make_accounts(q.env, {"acme": (users + 1, COMPANY_SYSTEM_PROMPT)})["acme"]
@@ -376,6 +377,14 @@ def main() -> None:
         "request, its host prompt cache --cache-ram is on by default; --cache-reuse reuses "
         "chunks of a slot's cache shifted in place; --kv-unified shares one pool, where every "
         "token attends over all slots' cells)",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="another setting for qassist's processes (repeatable), e.g. "
+        "QASSIST_MIN_STREAM_SPEED_HARD=1",
     )
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument("--llama-server", type=Path, default=None)
