@@ -58,7 +58,7 @@ class LocalTransport:
             return len(self._pending)
 
     # engine side
-    def fetch(self, limit: int, timeout: float) -> Sequence[Submission]:
+    def fetch(self, limit: int, timeout: float, load: int = 0) -> Sequence[Submission]:
         with self._cond:
             if not self._pending and not self._cancels and timeout > 0:
                 self._cond.wait(timeout)

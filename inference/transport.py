@@ -58,6 +58,10 @@ EVENT_TTL = 600  # seconds a request's events and body are kept
 # takes it and computes the history again. About a step's wait for a holder with room; one
 # that stays busy longer costs the turn that much more.
 AFFINITY_SECONDS = 1.0
+# A new request waits at most this long for a less loaded live worker before a busier one takes
+# it: whichever worker polled first took everything it had room for, and with 16 users one
+# worker ran 60 of 65 replies while the other idled (docs/BENCHMARKS.md, scale-out).
+BALANCE_SECONDS = 0.25
 HOLDER_TTL = 3600  # seconds a worker is remembered as holding a conversation
 # What redis-py raises while Redis is down or restarting (both sides retry by themselves).
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
@@ -114,6 +118,7 @@ class Keys:
         self.bell = f"{prefix}:bell"
         self.cancel = f"{prefix}:cancel"
         self.workers = f"{prefix}:workers"
+        self.loads = f"{prefix}:loads"  # worker id -> the requests it holds, as of its last fetch
 
     def body(self, request_id: str) -> str:
         return f"{self.prefix}:req:{request_id}"
@@ -208,6 +213,7 @@ class RedisWorkerTransport:
         worker_id: str | None = None,
         aging: float = 30.0,
         affinity: float = AFFINITY_SECONDS,
+        balance: float = BALANCE_SECONDS,
         heartbeat_timeout: float = 5.0,
     ) -> None:
         # Any: redis-py types replies as unions over its decode modes; this client returns bytes.
@@ -215,6 +221,7 @@ class RedisWorkerTransport:
         self.keys = Keys(prefix)
         self.aging = aging
         self.affinity = affinity
+        self.balance = balance
         self.heartbeat_timeout = heartbeat_timeout
         self._claim = self.redis.register_script(_CLAIM)
         self._oldest = self.redis.register_script(_OLDEST)
@@ -223,12 +230,15 @@ class RedisWorkerTransport:
         self._pubsub.subscribe(self.keys.cancel)
 
     @_unavailable_when_redis_is_down
-    def fetch(self, limit: int, timeout: float) -> Sequence[Submission]:
-        ids = self._claim_next(limit)
+    def fetch(self, limit: int, timeout: float, load: int = 0) -> Sequence[Submission]:
+        """Claim up to `limit` requests (blocking up to `timeout` for one). `load`: the requests
+        this worker holds now (running and waiting): a busier worker leaves a new request to a
+        less loaded one for `balance` seconds."""
+        ids = self._claim_next(limit, load)
         if not ids and timeout > 0:
             if self.redis.blpop([self.keys.bell], timeout=timeout) is None:
                 return []
-            ids = self._claim_next(limit)
+            ids = self._claim_next(limit, load)
         if not ids:
             return []
         pipe = self.redis.pipeline()
@@ -255,18 +265,24 @@ class RedisWorkerTransport:
             pipe.execute()
         return subs
 
-    def _claim_next(self, limit: int) -> list[str]:
+    def _claim_next(self, limit: int, load: int = 0) -> list[str]:
         """Claim up to `limit` queued requests in the fair order, leaving to another live
         worker, for `affinity` seconds after it was asked, a conversation's turn whose earlier
-        turns that worker ran: it holds the history's KV, here it would be computed again."""
+        turns that worker ran: it holds the history's KV, here it would be computed again.
+        While another live worker holds fewer requests than this one, a request asked less
+        than `balance` seconds ago is left to it too (unless this worker holds its
+        conversation); past that, whoever polls takes it, so a stale load costs little."""
         claimed: list[str] = []
+        lighter = self._lighter_worker_exists(load)
         if limit <= 0:
             return claimed
         order = fair_order(self.redis, self.keys, self.aging)
-        elsewhere = self._held_elsewhere(order)
+        elsewhere, mine = self._holders(order)
         now = time.time()
         for entry in order:
             if entry.key in elsewhere and now - entry.arrival < self.affinity:
+                continue
+            if lighter and entry.key not in mine and now - entry.arrival < self.balance:
                 continue
             ok = self._claim(
                 keys=[self.keys.queue, self.keys.meta, self.keys.fair],
@@ -278,10 +294,23 @@ class RedisWorkerTransport:
                     break
         return claimed
 
-    def _held_elsewhere(self, order: Sequence[fairshare.Entry]) -> set[str]:
-        """The queued requests whose conversation another live worker holds."""
+    def _lighter_worker_exists(self, load: int) -> bool:
+        """Record this worker's load; whether another live worker holds fewer requests."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(self.keys.loads, self.worker_id, load)
+        pipe.hgetall(self.keys.loads)
+        pipe.zrangebyscore(self.keys.workers, time.time() - self.heartbeat_timeout, "+inf")
+        _, loads, live_raw = pipe.execute()
+        if self.balance <= 0 or load <= 0:
+            return False
+        live = {w.decode() for w in live_raw} - {self.worker_id}
+        return any(int(n) < load for w, n in loads.items() if w.decode() in live)
+
+    def _holders(self, order: Sequence[fairshare.Entry]) -> tuple[set[str], set[str]]:
+        """The queued requests whose conversation another live worker holds, and those whose
+        conversation this worker holds."""
         if self.affinity <= 0 or not order:
-            return set()
+            return set(), set()
         keys = [e.key for e in order]
         raw_meta = self.redis.hmget(self.keys.meta, keys)
         conversations = {
@@ -291,17 +320,20 @@ class RedisWorkerTransport:
         }
         asked = {k: c for k, c in conversations.items() if c}
         if not asked:
-            return set()
+            return set(), set()
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrangebyscore(self.keys.workers, time.time() - self.heartbeat_timeout, "+inf")
         pipe.mget([self.keys.holder(c) for c in asked.values()])
         live_raw, holders = pipe.execute()
         live = {w.decode() for w in live_raw} - {self.worker_id}
-        return {
-            key
+        held = {
+            key: holder.decode()
             for key, holder in zip(asked, holders, strict=True)
-            if holder is not None and holder.decode() in live
+            if holder is not None
         }
+        elsewhere = {key for key, holder in held.items() if holder in live}
+        mine = {key for key, holder in held.items() if holder == self.worker_id}
+        return elsewhere, mine
 
     @_unavailable_when_redis_is_down
     def oldest_waiting(self) -> float | None:
@@ -345,6 +377,7 @@ class RedisWorkerTransport:
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrem(self.keys.workers, self.worker_id)
         pipe.delete(self.keys.worker(self.worker_id))
+        pipe.hdel(self.keys.loads, self.worker_id)
         pipe.execute()
 
     def close(self) -> None:

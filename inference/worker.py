@@ -80,7 +80,8 @@ class WorkerTransport(Protocol):
     # True when requests wait in a queue shared by several workers: take only what can start.
     shared_queue: bool
 
-    def fetch(self, limit: int, timeout: float) -> Sequence[Submission]: ...
+    # `load`: the requests this worker holds now, so a shared queue can favour a lighter one.
+    def fetch(self, limit: int, timeout: float, load: int = 0) -> Sequence[Submission]: ...
     def cancellations(self) -> Sequence[str]: ...
     def publish(self, events: Sequence[Event]) -> None: ...
     def heartbeat(self, stats: dict[str, Any]) -> None: ...
@@ -151,7 +152,8 @@ class EngineWorker:
             # From a shared queue one at a time: once the prompts this worker has to compute
             # fill its prefill backlog, what it took would wait here while another worker may
             # have room (the length of a prompt is known only once it is taken).
-            taken = self.transport.fetch(1 if shared else limit, timeout)
+            load = len(scheduler.running) + sum(not r.background for r in scheduler.waiting)
+            taken = self.transport.fetch(1 if shared else limit, timeout, load)
             if not taken:
                 return
             timeout = 0.0

@@ -39,10 +39,48 @@ _FIGURE = re.compile(r"\d|[A-Za-z][.\-@_][A-Za-z0-9]")
 # Words a reply uses about the passages themselves or to decline ("the passages do not mention
 # it", "I cannot say"): they state nothing that needs a source.
 META = frozenset(
-    "passage passages document documents text context information mention mentions mentioned "
-    "cover covers covered provide provided provides specific details detail sorry unfortunately "
-    "cannot can't unable say know sure answer question find found available "
-    "段落 文档 资料 信息 提到 提及 涉及 抱歉".split()
+    [
+        "passage",
+        "passages",
+        "document",
+        "documents",
+        "text",
+        "context",
+        "information",
+        "mention",
+        "mentions",
+        "mentioned",
+        "cover",
+        "covers",
+        "covered",
+        "provide",
+        "provided",
+        "provides",
+        "specific",
+        "details",
+        "detail",
+        "sorry",
+        "unfortunately",
+        "cannot",
+        "can't",
+        "unable",
+        "say",
+        "know",
+        "sure",
+        "answer",
+        "question",
+        "find",
+        "found",
+        "available",
+        "段落",
+        "文档",
+        "资料",
+        "信息",
+        "提到",
+        "提及",
+        "涉及",
+        "抱歉",
+    ]
 )
 NOT_FOUND_NOTE = (
     "\n\n*Not found in the documents: none of the passages found for this question says this; "

@@ -408,3 +408,62 @@ async def test_with_affinity_off_any_worker_takes_a_conversations_turn(prefix):
     finally:
         holder.close()
         other.close()
+
+
+async def test_a_busier_worker_leaves_a_new_request_to_a_lighter_one_for_a_moment(prefix):
+    c = client(prefix)
+    busy = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="busy", balance=5)
+    idle = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="idle", balance=5)
+    try:
+        for worker in (busy, idle):
+            worker.heartbeat({})
+        assert idle.fetch(1, 0, load=0) == []  # the idle worker polls: its load is known
+        now = time.time()
+        await enqueue_all(c, [turn_sub("fresh", "conv-a", at=now)])
+        # The busy worker (16 requests) passes it over while the idle one has room ...
+        assert busy.fetch(1, 0, load=16) == []
+        assert [s.request_id for s in idle.fetch(1, 0, load=0)] == ["fresh"]
+        # ... and takes one that has waited past the balance window.
+        await enqueue_all(c, [turn_sub("old", "conv-b", at=now - 6)])
+        assert [s.request_id for s in busy.fetch(1, 0, load=16)] == ["old"]
+        # Equally loaded workers do not wait for each other.
+        assert idle.fetch(1, 0, load=1) == []  # the queue is empty; it records its load, 1
+        await enqueue_all(c, [turn_sub("even", "conv-c", at=time.time())])
+        assert [s.request_id for s in busy.fetch(1, 0, load=1)] == ["even"]
+    finally:
+        busy.close()
+        idle.close()
+
+
+async def test_balance_never_keeps_a_conversation_from_the_worker_holding_it(prefix):
+    c = client(prefix)
+    holder = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="holder", balance=5)
+    other = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="other", balance=5)
+    try:
+        for worker in (holder, other):
+            worker.heartbeat({})
+        await enqueue_all(c, [turn_sub("t1", "conv-a", at=time.time())])
+        assert [s.request_id for s in holder.fetch(1, 0, load=0)] == ["t1"]
+        assert other.fetch(1, 0, load=0) == []
+        # The holder is busier, but the turn's history is in its KV: it takes it at once.
+        await enqueue_all(c, [turn_sub("t2", "conv-a", at=time.time())])
+        assert [s.request_id for s in holder.fetch(1, 0, load=8)] == ["t2"]
+    finally:
+        holder.close()
+        other.close()
+
+
+async def test_a_dead_workers_last_load_does_not_hold_requests_back(prefix):
+    c = client(prefix)
+    busy = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="busy", balance=5)
+    gone = RedisWorkerTransport(REDIS_URL, prefix=prefix, worker_id="gone", balance=5)
+    try:
+        busy.heartbeat({})
+        gone.heartbeat({})
+        assert gone.fetch(1, 0, load=0) == []
+        gone.retire()
+        await enqueue_all(c, [turn_sub("r", "conv-a", at=time.time())])
+        assert [s.request_id for s in busy.fetch(1, 0, load=16)] == ["r"]
+    finally:
+        busy.close()
+        gone.close()

@@ -1,6 +1,7 @@
 """The worker loop and the in-process client, with the fake runner behind them."""
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
@@ -192,3 +193,22 @@ def test_a_worker_computing_long_prompts_leaves_the_rest_of_the_shared_queue_to_
     assert (engine.num_running, engine.num_waiting, transport.pending_count()) == (1, 1, 2)
     worker.run_once()
     assert (engine.num_running, engine.num_waiting, transport.pending_count()) == (1, 1, 2)
+
+
+def test_a_worker_tells_the_shared_queue_how_many_requests_it_holds():
+    class Recording(SharedQueue):
+        def __init__(self) -> None:
+            super().__init__()
+            self.loads: list[int] = []
+
+        def fetch(self, limit: int, timeout: float, load: int = 0) -> Sequence[Submission]:
+            self.loads.append(load)
+            return super().fetch(limit, timeout, load)
+
+    transport = Recording()
+    worker = EngineWorker(make_engine(FakeRunner(n_seq_max=4)), transport, idle_wait=0)
+    transport.submit(sub("a", "first"), Collect())
+    transport.submit(sub("b", "second"), Collect())
+    worker.run_once()
+    # One at a time from a shared queue, each fetch saying what the worker held before it.
+    assert transport.loads[:3] == [0, 1, 2]

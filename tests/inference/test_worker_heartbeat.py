@@ -21,7 +21,7 @@ class BeatCounter:
         self.down = down
         self.beaten = threading.Event()
 
-    def fetch(self, limit: int, timeout: float) -> Sequence[Submission]:
+    def fetch(self, limit: int, timeout: float, load: int = 0) -> Sequence[Submission]:
         return []
 
     def cancellations(self) -> Sequence[str]:
