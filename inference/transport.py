@@ -10,6 +10,9 @@
   order, and claims requests in that order with a Lua script that removes the request and
   charges its tenant in one step; a request another worker claimed first is skipped. So several
   workers follow one order. An idle worker blocks on `{p}:bell`, which each enqueue rings.
+- Balance: each fetch records how many requests the worker holds (`{p}:loads`); a worker
+  holding more than another live one leaves a new request to it for BALANCE_SECONDS, and a
+  conversation's next turn to the worker holding its history for the affinity window.
 - Wait bound: a client whose request is still queued after `max_wait` seconds takes it out of
   the queue (if no worker claimed it meanwhile) and answers "busy".
 - Events: each request has its own Redis stream `{p}:ev:{id}`. Streams keep what was written until
