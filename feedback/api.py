@@ -15,7 +15,7 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from chat.api.views import (
+from chat.api.endpoint import (
     ApiError,
     _json,
     _principal,

@@ -24,7 +24,7 @@ from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.http.response import HttpResponseBase
 from pydantic import BaseModel, Field
 
-from chat.api.views import ApiError, _principal, api_endpoint
+from chat.api.endpoint import ApiError, _principal, api_endpoint
 from knowledge import services
 from knowledge.models import Document
 

@@ -25,17 +25,17 @@ from pydantic import ValidationError
 
 from chat import batches
 from chat.api import schemas, structured
-from chat.api.views import (
+from chat.api.endpoint import (
     MAX_BODY_BYTES,
     ApiError,
     _json_refused,
     _principal,
-    _sampling,
     _validation_error,
     api_body,
     api_endpoint,
     served_model,
 )
+from chat.api.views import _sampling
 from chat.batches import BatchError, BatchRequest
 from chat.models import Batch, BatchItem
 from inference.service import engine_mode

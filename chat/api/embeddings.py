@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from chat import admission
 from chat.admission import Refused
 from chat.api import schemas
-from chat.api.views import (
+from chat.api.endpoint import (
     ApiError,
     _json,
     _principal,

@@ -357,7 +357,7 @@ _REQUESTS = (
 
 @functools.cache
 def openapi_document() -> dict[str, Any]:
-    from chat.api.views import served_model
+    from chat.api.endpoint import served_model
 
     _, defs = models_json_schema(
         [(model, "validation" if model in _REQUESTS else "serialization") for model in _MODELS],
