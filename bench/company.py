@@ -496,10 +496,17 @@ def run_users(system: str, users: int, turns: int, make, base: str | None = None
 
 
 async def http_conversation(
-    url: str, user: int, messages: list[str], max_tokens: int
+    url: str,
+    user: int,
+    messages: list[str],
+    max_tokens: int,
+    *,
+    system: str = COMPANY_SYSTEM_PROMPT,
 ) -> list[Turn]:
+    """One user's turns over an OpenAI-compatible streaming endpoint (llama-server), with the
+    think times qassist's user `user` has (the same seed)."""
     rng = random.Random(1000 + user)
-    history: list[dict[str, str]] = [{"role": "system", "content": COMPANY_SYSTEM_PROMPT}]
+    history: list[dict[str, str]] = [{"role": "system", "content": system}]
     turns: list[Turn] = []
     for i, content in enumerate(messages):
         history.append({"role": "user", "content": content})
@@ -514,6 +521,7 @@ async def http_conversation(
                 "temperature": 0,
                 "stream": True,
                 "stream_options": {"include_usage": True},
+                "cache_prompt": True,  # llama-server's default, said explicitly
             }
             async with client.stream("POST", url, json=body) as response:
                 async for line in response.aiter_lines():

@@ -39,13 +39,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.company import (
-    THINK,
     Qassist,
     Run,
     Turn,
+    http_conversation,
     make_accounts,
     print_run,
     run_users,
@@ -236,44 +234,8 @@ def qassist_knowledge(
 async def replay_conversation(
     url: str, user: int, system: str, prompts: list[str], max_tokens: int
 ) -> list[Turn]:
-    rng = random.Random(1000 + user)  # the think times qassist's user had
-    history: list[dict[str, str]] = [{"role": "system", "content": system}]
-    turns: list[Turn] = []
-    async with httpx.AsyncClient(timeout=900) as client:
-        for i, content in enumerate(prompts):
-            history.append({"role": "user", "content": content})
-            sent = time.perf_counter()
-            first = None
-            tokens = 0
-            text = ""
-            body = {
-                "messages": history,
-                "max_tokens": max_tokens,
-                "temperature": 0,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-                "cache_prompt": True,
-            }
-            async with client.stream("POST", url, json=body) as response:
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    chunk = json.loads(line[6:])
-                    if chunk.get("usage"):
-                        tokens = chunk["usage"]["completion_tokens"]
-                    choices = chunk.get("choices") or []
-                    piece = choices[0].get("delta", {}).get("content") if choices else None
-                    if piece:
-                        text += piece
-                        if first is None:
-                            first = time.perf_counter()
-            end = time.perf_counter()
-            history.append({"role": "assistant", "content": text})
-            turns.append(
-                Turn(user, i, tokens, (first or end) - sent, end - sent, sent, first or end)
-            )
-            await asyncio.sleep(rng.uniform(*THINK))
-    return turns
+    """qassist's user `user` again, with the prompts its model read and the same think times."""
+    return await http_conversation(url, user, prompts, max_tokens, system=system)
 
 
 def server_knowledge(
