@@ -37,10 +37,17 @@ def prefix():
 
 
 class WorkerThread:
+    """An inference worker on a thread. It beats every 0.2 s, well inside the tightest
+    heartbeat timeout a test gives its client (0.5 s): a beat every second against a 1 s
+    timeout reads, now and then, as a dead worker between two beats."""
+
     def __init__(self, prefix, runner=None, **engine_kwargs):
         self.transport = RedisWorkerTransport(REDIS_URL, prefix=prefix)
         self.worker = EngineWorker(
-            make_engine(runner or FakeRunner(), **engine_kwargs), self.transport, idle_wait=0.05
+            make_engine(runner or FakeRunner(), **engine_kwargs),
+            self.transport,
+            idle_wait=0.05,
+            heartbeat_interval=0.2,
         )
         self.thread = threading.Thread(target=self.worker.run_forever, daemon=True)
 
