@@ -10,10 +10,12 @@
 
 - **company**: U employees of one tenant whose system prompt is about 350 tokens, each holding
   a conversation of `--turns` turns with a think time of 0.5-2 s (seeded) between a reply and
-  the next message. qassist (daphne + websocket consumer + Redis + worker, one user account
-  per employee) against llama.cpp's `llama-server` on the same workload over its OpenAI API
-  (the whole history sent each turn, as OpenAI clients do), with `-np` matched to the users and
-  the unified KV cache (`--kv-unified`), and `-np 16` too with `--server-np`.
+  the next message (`--no-think`: none; with `BENCH_TITLES=1` that measures follow-ups sent
+  the instant `reply.done` arrives while the title is written, review #21). qassist (daphne +
+  websocket consumer + Redis + worker, one user account per employee) against llama.cpp's
+  `llama-server` on the same workload over its OpenAI API (the whole history sent each turn,
+  as OpenAI clients do), with `-np` matched to the users and the unified KV cache
+  (`--kv-unified`), and `-np 16` too with `--server-np`.
   `--policies old,new` runs qassist twice in one run, each with a worker of its own: `old` is
   the speed floor as a wall (`QASSIST_TTFT_TARGET_SECONDS=0`), `new` yields to the first-token
   target (`--ttft-target`, `--hard-min-stream-speed`). Reported besides tokens/s and TTFT:
@@ -374,7 +376,9 @@ def qassist_company(model: Path, args: argparse.Namespace, users_list: list[int]
                             name,
                             users,
                             args.turns,
-                            lambda u, msgs: ws_conversation(ws_url, base, cookies[u], u, msgs),
+                            lambda u, msgs: ws_conversation(
+                                ws_url, base, cookies[u], u, msgs, think=args.think
+                            ),
                             base,
                         )
                     )
@@ -805,6 +809,13 @@ def main() -> None:
         help="QASSIST_MAX_WAIT_SECONDS: replies waiting longer are refused busy; by default "
         "the product's 90 s for the company scenario (runs before 2026-12-01 used 600), 600 "
         "for the others (where everyone waits for 16 sequences on purpose)",
+    )
+    parser.add_argument(
+        "--think",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="company: a think time of 0.5-2 s between a reply and the next message; "
+        "--no-think sends the follow-up the instant reply.done arrives (review #21, finding 12)",
     )
     parser.add_argument("--host-cache-mb", type=int, default=1024)
     parser.add_argument("--server-np", default="matched", help="llama-server -np: matched,16")
