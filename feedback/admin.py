@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from chat.admin import ReadOnlyRecordAdmin, _readable_ids, _reader
+from chat.admin.shared import ReadOnlyRecordAdmin, readable_ids, reader
 from chat.content_audit import content_read_record
 from chat.models import CachedReply
 from feedback import services
@@ -47,7 +47,7 @@ class FeedbackAdmin(ReadOnlyRecordAdmin[Feedback]):
     ]
 
     def get_fields(self, request: HttpRequest, obj: Feedback | None = None) -> list[Any]:
-        if obj is not None and obj.tenant_id in _readable_ids(request):
+        if obj is not None and obj.tenant_id in readable_ids(request):
             return [*self.record_fields[:5], "comment", *self.record_fields[5:]]
         return list(self.record_fields)
 
@@ -75,11 +75,11 @@ class FeedbackAdmin(ReadOnlyRecordAdmin[Feedback]):
         readable = (
             feedback is not None
             and self.has_view_permission(request, feedback)
-            and feedback.tenant_id in _readable_ids(request)
+            and feedback.tenant_id in readable_ids(request)
         )
         if readable and feedback is not None and feedback.comment and request.method == "GET":
             reply = feedback.message
-            content_read_record(reader=_reader(request), session=reply.session, message=reply)
+            content_read_record(reader=reader(request), session=reply.session, message=reply)
         context = {"content_shown": readable, "record": feedback, **(extra_context or {})}
         return super().change_view(request, object_id, form_url, context)
 
@@ -112,7 +112,7 @@ class FeedbackAdmin(ReadOnlyRecordAdmin[Feedback]):
             "opts": self.model._meta,
             "may_promote": self._may_add_reply(request),
             "one_tenant": tenants is not None and tenants.count() == 1,
-            "audited": bool(_readable_ids(request)),
+            "audited": bool(readable_ids(request)),
         }
         return TemplateResponse(request, "admin/feedback/feedback/report.html", context)
 
