@@ -47,7 +47,7 @@ User.objects.create_superuser('admin', 'admin@example.com', {password!r})
 u = User.objects.create_user('member', 'member@example.com', {password!r})
 Membership.objects.create(user=u, tenant=t)
 CachedReply.objects.create(tenant=t, question='ping?', answer='pong')
-from chat.cache import normalize_question
+from chat.question_keys import normalize_question
 questions = [
     (f'How do I request equipment for project {{i}}?' if {update} else f'Existing question {{i}}?')
     for i in range({existing})

@@ -1,8 +1,9 @@
 """Matching questions to staff-curated cached replies, without the database on the hot path.
 
 Every request passes through `cached_reply_lookup`, so the enabled replies live in an index in
-each process: a dict from normalised question to reply, per tenant. It is rebuilt only when the
-cached-reply table changed, which every process learns through a version:
+each process: a dict from normalised question (chat/question_keys.py) to reply, per tenant. It
+is rebuilt only when the cached-reply table changed, which every process learns through a
+version:
 - with Redis (REDIS_URL set): a counter in Redis, incremented after each committed save or
   delete; a lookup reads it (one Redis GET) and rebuilds when it moved;
 - embedded (no Redis): a counter in this process, bumped by the same signals, plus a cheap
@@ -18,7 +19,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import unicodedata
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,74 +27,12 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Max
 
+from chat.question_keys import reply_keys
+
 if TYPE_CHECKING:
     from chat.models import CachedReply
 
 logger = logging.getLogger(__name__)
-
-MAX_KEY_CHARS = 512
-
-# Punctuation that carries meaning in a question ("C#", "50%", "R&D", "a/b", "x*y"): kept.
-_MEANINGFUL = frozenset("#%&@*/\\_+")
-_APOSTROPHES = frozenset("'’‘`")
-
-
-def _is_wide(char: str) -> bool:
-    """Chinese, Japanese and Korean characters: words are not separated by spaces there."""
-    return unicodedata.east_asian_width(char) in ("W", "F")
-
-
-def normalize_question(text: str) -> str:
-    """The key a question is matched by: exact, after setting aside what people type either way.
-
-    - case (casefold) and full-width / half-width forms (NFKC: Ｑ → q, ？ → ?);
-    - punctuation, Chinese and Latin alike (，。？！、「」 , . ? ! ; : " ( ) …), wherever it is,
-      except where it carries meaning: # % & @ * / \\ _ + and a . or , between digits (1.5);
-    - apostrophes are dropped (what's = whats);
-    - spaces: runs become one, none at the ends, none next to a Chinese/Japanese/Korean character
-      ("VPN 地址" = "VPN地址").
-    """
-    folded = unicodedata.normalize("NFKC", text).casefold()
-    chars: list[str] = []
-    for index, char in enumerate(folded):
-        if char in _APOSTROPHES:
-            continue
-        category = unicodedata.category(char)
-        if category[0] == "P" and char not in _MEANINGFUL:
-            between_digits = (
-                char in ".,"
-                and 0 < index < len(folded) - 1
-                and folded[index - 1].isdigit()
-                and folded[index + 1].isdigit()
-            )
-            chars.append(char if between_digits else " ")
-        elif char.isspace() or category[0] in ("Z", "C"):
-            chars.append(" ")
-        else:
-            chars.append(char)
-    words = "".join(chars).split()
-    if not words:
-        return ""
-    key = words[0]
-    for word in words[1:]:
-        key += word if _is_wide(key[-1]) or _is_wide(word[0]) else " " + word
-    return key[:MAX_KEY_CHARS]
-
-
-def phrasings(question: str, alternatives: str) -> list[str]:
-    """The question and each non-empty line of the alternatives, as typed."""
-    lines = [line.strip() for line in alternatives.splitlines()]
-    return [question, *(line for line in lines if line)]
-
-
-def reply_keys(reply: CachedReply) -> list[str]:
-    """Every key `reply` answers, its question's first, without duplicates or empty keys."""
-    keys: list[str] = []
-    for phrasing in phrasings(reply.question, reply.alternatives):
-        key = normalize_question(phrasing)
-        if key and key not in keys:
-            keys.append(key)
-    return keys
 
 
 # --- the version every process compares ------------------------------------------------------

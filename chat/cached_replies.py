@@ -2,7 +2,8 @@
 recurring first questions, drafting answers with the model, CSV import and export.
 
 The lookup on the hot path is `chat.services.cached_reply_lookup`; the index behind it is
-`chat.cache`. Admin views and actions, and Celery tasks, call these functions.
+`chat.cache`, matching by the keys of `chat.question_keys`. Admin views and actions, and Celery
+tasks, call these functions.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from chat.cache import cached_replies_changed, normalize_question, reply_keys
+from chat.cache import cached_replies_changed
 from chat.models import (
     CachedReply,
     CachedReplyCandidate,
@@ -36,6 +37,7 @@ from chat.models import (
     key_taken_error,
     no_keys_error,
 )
+from chat.question_keys import normalize_question, reply_keys
 from inference.types import ChatMessage, Delta, Done, Failed
 from qassist.csv_cells import csv_writer, restore_cell
 from tenants.models import Tenant

@@ -8,6 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from chat.question_keys import normalize_question, reply_keys
+
 
 class ChatSession(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -240,8 +242,6 @@ class CachedReply(models.Model):
         return self.question[:80]
 
     def save(self, *args: object, **kwargs: object) -> None:
-        from chat.cache import normalize_question
-
         self.normalized_key = normalize_question(self.question)
         super().save(*args, **kwargs)  # type: ignore[arg-type]
 
@@ -249,8 +249,6 @@ class CachedReply(models.Model):
         """Each phrasing answers one reply only, in its scope (a tenant, or every tenant).
         (The CSV import checks the same rule against an index it builds once: keep the two
         in step through `no_keys_error` and `key_taken_error`.)"""
-        from chat.cache import reply_keys
-
         keys = reply_keys(self)
         if not keys:
             raise no_keys_error()

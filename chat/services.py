@@ -21,10 +21,11 @@ from django.db.models import F, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from chat.cache import get_index, normalize_question
+from chat.cache import get_index
 from chat.cached_replies import candidate_record
 from chat.language import same_language
 from chat.models import CachedReply, ChatSession, CustomInstructions, Message
+from chat.question_keys import normalize_question
 from inference.types import ChatMessage, Done, Failed, SamplingParams
 from knowledge import turns as knowledge
 from tenants.models import Tenant, UsageRecord

@@ -26,10 +26,10 @@ from django.http import Http404
 from django.utils import timezone
 
 from chat import services as chat
-from chat.cache import normalize_question
 from chat.cached_replies import candidate_promote
 from chat.content_audit import owner_name, readable_tenants
 from chat.models import CachedReply, CachedReplyCandidate, ChatSession, ContentRead, Message
+from chat.question_keys import normalize_question
 from chat.services import ChatError
 from feedback.models import Feedback
 from tenants.models import Tenant

@@ -28,6 +28,7 @@ from chat.models import (
     CachedReplyImport,
 )
 from chat.progress import draft_outlook, duration_text
+from chat.question_keys import reply_keys
 from chat.tasks import draft_dispatch
 from tenants.admin_scope import TenantScopedAdmin, admin_tenants, tenant_filter
 from tenants.models import Tenant
@@ -124,8 +125,6 @@ class CachedReplyAdmin(TenantScopedAdmin[CachedReply]):
     def matched_keys(self, obj: CachedReply) -> str:
         if obj.pk is None:
             return "—"
-        from chat.cache import reply_keys
-
         return " | ".join(reply_keys(obj))
 
     def get_urls(self) -> list[URLPattern]:

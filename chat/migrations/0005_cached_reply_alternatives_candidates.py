@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 def renormalize_keys(apps, schema_editor):
     """Keys made by the earlier normaliser (edge punctuation only) follow the new rules."""
-    from chat.cache import normalize_question
+    from chat.question_keys import normalize_question
 
     CachedReply = apps.get_model("chat", "CachedReply")
     taken = set()

@@ -15,8 +15,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from chat import cached_replies, services
-from chat.cache import CachedReplyIndex, LocalVersion, RedisVersion, normalize_question
+from chat.cache import CachedReplyIndex, LocalVersion, RedisVersion
 from chat.models import CachedReply, CachedReplyCandidate, Message
+from chat.question_keys import normalize_question
 from inference.service import set_engine_client
 from inference.types import ChatMessage, Delta, Done, Event, Failed
 from inference.worker import Submission

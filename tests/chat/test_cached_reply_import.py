@@ -14,8 +14,8 @@ from django.db import close_old_connections
 from django.test import Client
 
 from chat import cached_replies
-from chat.cache import normalize_question
 from chat.models import CachedReply
+from chat.question_keys import normalize_question
 from tenants.models import ApiKey, Tenant
 from tests.conftest import PASSWORD
 
