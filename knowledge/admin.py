@@ -273,6 +273,7 @@ DOCUMENT_FIELDS = [
 
 @admin.register(Document)
 class DocumentAdmin(TenantScopedAdmin[Document]):
+    tenant_column_for_one_tenant = False
     """A tenant's documents: uploaded on a page of their own (several files at once), listed
     with their indexing progress; each one's page offers its file, a new version, another
     indexing run and deletion, and the passages it was indexed into."""
@@ -361,13 +362,6 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
     def uploaded(self, obj: Document) -> str:
         when = date_format(localtime(obj.created_at), "SHORT_DATETIME_FORMAT")
         return f"{self.uploaded_by_text(obj)}, {when}"
-
-    def get_list_display(self, request: HttpRequest) -> list[Any]:
-        columns = list(super().get_list_display(request))
-        tenants = admin_tenants(request)
-        if tenants is not None and tenants.count() == 1:
-            columns.remove("tenant")  # one tenant: the column would say the same on every row
-        return columns
 
     @admin.display(description="uploaded by")
     def uploaded_by_text(self, obj: Document) -> str:

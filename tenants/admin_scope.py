@@ -88,6 +88,17 @@ class TenantScopedAdmin(admin.ModelAdmin[_M]):
     tenant_admin_can_add: ClassVar[bool] = False
     tenant_admin_can_change: ClassVar[bool] = True
     tenant_admin_can_delete: ClassVar[bool] = False
+    # False: a staff member who runs one tenant sees no "tenant" column in the list (it would
+    # say the same on every row).
+    tenant_column_for_one_tenant: ClassVar[bool] = True
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        columns = list(super().get_list_display(request))
+        if not self.tenant_column_for_one_tenant and "tenant" in columns:
+            tenants = admin_tenants(request)
+            if tenants is not None and tenants.count() == 1:
+                columns.remove("tenant")
+        return columns
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[_M]:
         return scope_queryset(super().get_queryset(request), request, self.tenant_path)

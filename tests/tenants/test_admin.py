@@ -4,12 +4,13 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.apps import apps
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.contrib.sessions.models import Session
 from django.db import connection, models
-from django.test import Client
+from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
@@ -290,3 +291,22 @@ def test_it_leaves_already_revoked_keys_as_they_were(admin_client: Client, tenan
 def test_the_revoke_action_is_offered(admin_client: Client, api_key: tuple[ApiKey, str]) -> None:
     response = admin_client.get(reverse("admin:tenants_apikey_changelist"))
     assert "Revoke selected keys" in response.content.decode()
+
+
+@pytest.mark.parametrize("label", ["chat.CachedReplyCandidate", "knowledge.Document"])
+def test_a_tenant_column_shows_only_to_those_who_see_several_tenants(
+    rf: RequestFactory, admin_user: User, tenant_admin: User, other_tenant: Tenant, label: str
+) -> None:
+    """Candidates and documents hide their tenant column from a tenant admin of one tenant
+    (the same on every row), not from a superuser, who sees every tenant's."""
+    model_admin = admin.site._registry[apps.get_model(label)]
+
+    def columns(user: User) -> list[object]:
+        request = rf.get("/admin/")
+        request.user = user
+        return list(model_admin.get_list_display(request))
+
+    assert "tenant" in columns(admin_user)
+    assert "tenant" not in columns(tenant_admin)
+    other_tenant.memberships.create(user=tenant_admin, role=Membership.Role.ADMIN)
+    assert "tenant" in columns(User.objects.get(pk=tenant_admin.pk))  # two tenants: shown
