@@ -64,7 +64,10 @@ IMPORT = """
 import json, time
 from pathlib import Path
 from django.contrib.auth.models import User
-from chat import cached_replies as cr
+try:
+    from chat import cached_reply_csv as cr
+except ImportError:  # a tree from before the CSV code had a module of its own
+    from chat import cached_replies as cr
 text = Path({path!r}).read_text(encoding='utf-8')
 admin = User.objects.get(username='admin')
 started = time.perf_counter()

@@ -7,7 +7,7 @@ import threading
 from celery import shared_task
 from django.db import close_old_connections, transaction
 
-from chat import batches, cached_replies, services
+from chat import batches, cached_replies, cached_reply_csv, services
 from inference.service import engine_mode
 
 
@@ -61,11 +61,11 @@ def resume_batches() -> int:
 
 @shared_task
 def import_cached_replies(import_id: str) -> str:
-    """A large CSV import of cached replies (chat/cached_replies.py); returns its status."""
-    return cached_replies.cached_reply_import_run(import_id=import_id).status
+    """A large CSV import of cached replies (chat/cached_reply_csv.py); returns its status."""
+    return cached_reply_csv.cached_reply_import_run(import_id=import_id).status
 
 
 @shared_task
 def resume_cached_reply_imports() -> int:
     """Scheduled by beat: imports whose message was lost are sent again."""
-    return cached_replies.cached_reply_imports_resume()
+    return cached_reply_csv.cached_reply_imports_resume()

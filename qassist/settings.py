@@ -293,7 +293,8 @@ QASSIST_BATCH_CONCURRENCY = env_int("QASSIST_BATCH_CONCURRENCY", 2)
 QASSIST_BATCH_STALE_SECONDS = env_float("QASSIST_BATCH_STALE_SECONDS", 30.0)
 QASSIST_BATCH_SLICE_SECONDS = env_float("QASSIST_BATCH_SLICE_SECONDS", 300.0)
 # A CSV import of cached replies may be this large and hold this many rows (a clear refusal
-# above); files of more than chat.cached_replies.IMPORT_INLINE_MAX_ROWS rows run in the background.
+# above); files of more than chat.cached_reply_csv.IMPORT_INLINE_MAX_ROWS rows run in the
+# background.
 QASSIST_CACHED_REPLY_IMPORT_MAX_MB = env_int("QASSIST_CACHED_REPLY_IMPORT_MAX_MB", 10)
 QASSIST_CACHED_REPLY_IMPORT_MAX_ROWS = env_int("QASSIST_CACHED_REPLY_IMPORT_MAX_ROWS", 50_000)
 # A first-turn question asked this often (per tenant) is listed as a cached-reply candidate.

@@ -102,10 +102,10 @@ def document_dispatches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, i
 def import_dispatches(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """Background imports are not sent to a Celery broker behind a test's back: the ids a
     test's code sent are listed here; tests run imports with cached_reply_import_run."""
-    from chat import cached_replies
+    from chat import cached_reply_csv
 
     sent: list[object] = []
-    monkeypatch.setattr(cached_replies, "_send_import", sent.append)
+    monkeypatch.setattr(cached_reply_csv, "_send_import", sent.append)
     return sent
 
 

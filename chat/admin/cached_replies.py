@@ -20,7 +20,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from chat import cached_replies
+from chat import cached_replies, cached_reply_csv
 from chat.admin.shared import busy
 from chat.models import (
     CachedReply,
@@ -63,12 +63,12 @@ def _utf8(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise cached_replies.CachedReplyImportError(
+        raise cached_reply_csv.CachedReplyImportError(
             ["The file is not UTF-8 text: save it as “CSV UTF-8” and try again."]
         ) from None
 
 
-def _imported(result: cached_replies.ImportResult) -> str:
+def _imported(result: cached_reply_csv.ImportResult) -> str:
     text = (
         f"Imported {result.created + result.updated} cached reply(ies): "
         f"{result.created} new, {result.updated} updated."
@@ -191,7 +191,7 @@ class CachedReplyAdmin(TenantScopedAdmin[CachedReply]):
     def export_csv(self, request: HttpRequest, queryset: QuerySet[CachedReply]) -> HttpResponse:
         replies = queryset.select_related("tenant", "created_by").order_by("tenant__slug", "id")
         response = HttpResponse(
-            cached_replies.cached_replies_export(replies=replies),
+            cached_reply_csv.cached_replies_export(replies=replies),
             content_type="text/csv; charset=utf-8",
         )
         stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
@@ -209,35 +209,38 @@ class CachedReplyAdmin(TenantScopedAdmin[CachedReply]):
         if request.method == "POST" and form.is_valid():
             upload = form.cleaned_data["file"]
             try:
-                cached_replies.check_import_size(size=upload.size or 0)
+                cached_reply_csv.check_import_size(size=upload.size or 0)
                 text = _utf8(upload.read())
-                if cached_replies.import_row_count(text) > cached_replies.IMPORT_INLINE_MAX_ROWS:
-                    job = cached_replies.cached_reply_import_create(
+                if (
+                    cached_reply_csv.import_row_count(text)
+                    > cached_reply_csv.IMPORT_INLINE_MAX_ROWS
+                ):
+                    job = cached_reply_csv.cached_reply_import_create(
                         text=text, user=user, file_name=upload.name or ""
                     )
                     return HttpResponseRedirect(
                         reverse("admin:chat_cachedreply_import_status", args=[job.pk])
                     )
-                result = cached_replies.cached_replies_import(
+                result = cached_reply_csv.cached_replies_import(
                     text=text, tenants=admin_tenants(request), user=user
                 )
-            except cached_replies.CachedReplyImportError as error:
+            except cached_reply_csv.CachedReplyImportError as error:
                 errors = error.errors
             else:
                 self.message_user(request, _imported(result), messages.SUCCESS)
                 return HttpResponseRedirect(reverse("admin:chat_cachedreply_changelist"))
-        max_bytes, max_rows = cached_replies.import_limits()
+        max_bytes, max_rows = cached_reply_csv.import_limits()
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": "Import cached replies from CSV",
             "form": form,
             "errors": errors,
-            "columns": cached_replies.CSV_COLUMNS,
-            "record_columns": cached_replies.RECORD_COLUMNS,
+            "columns": cached_reply_csv.CSV_COLUMNS,
+            "record_columns": cached_reply_csv.RECORD_COLUMNS,
             "max_mb": max_bytes // 2**20,
             "max_rows": max_rows,
-            "inline_rows": cached_replies.IMPORT_INLINE_MAX_ROWS,
+            "inline_rows": cached_reply_csv.IMPORT_INLINE_MAX_ROWS,
             "imports": self._imports(request)[:5],
         }
         return TemplateResponse(request, "admin/chat/cachedreply/import.html", context)
@@ -332,6 +335,7 @@ class PromotedFilter(admin.SimpleListFilter):
 
 @admin.register(CachedReplyCandidate)
 class CachedReplyCandidateAdmin(TenantScopedAdmin[CachedReplyCandidate]):
+    tenant_column_for_one_tenant = False
     """First questions people keep asking, answered by the model each time: promote one to a
     cached reply (disabled until reviewed), or have the model draft a better answer first."""
 
@@ -386,13 +390,6 @@ class CachedReplyCandidateAdmin(TenantScopedAdmin[CachedReplyCandidate]):
                 Q(count__gte=settings.QASSIST_CANDIDATE_MIN_COUNT) | Q(tenant__content_audit=True)
             )
         )
-
-    def get_list_display(self, request: HttpRequest) -> list[Any]:
-        columns = list(super().get_list_display(request))
-        tenants = admin_tenants(request)
-        if tenants is not None and tenants.count() == 1:
-            columns.remove("tenant")  # one tenant: the column would say the same on every row
-        return columns
 
     @admin.display(description="draft", ordering="draft_status")
     def draft(self, obj: CachedReplyCandidate) -> str:

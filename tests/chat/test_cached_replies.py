@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from chat import cached_replies, services
+from chat import cached_replies, cached_reply_csv, services
 from chat.cache import CachedReplyIndex, LocalVersion, RedisVersion
 from chat.models import CachedReply, CachedReplyCandidate, Message
 from chat.question_keys import normalize_question
@@ -406,16 +406,16 @@ def test_export_then_import_into_an_empty_table_restores_every_field(tenant, adm
         "created_by_id",
     ]
     before = list(CachedReply.objects.order_by("question").values(*fields))
-    exported = cached_replies.cached_replies_export(
+    exported = cached_reply_csv.cached_replies_export(
         replies=CachedReply.objects.select_related("tenant", "created_by")
     )
     CachedReply.objects.all().delete()
 
-    result = cached_replies.cached_replies_import(text=exported, tenants=None, user=None)
+    result = cached_reply_csv.cached_replies_import(text=exported, tenants=None, user=None)
 
     assert (result.created, result.updated) == (2, 0)
     assert list(CachedReply.objects.order_by("question").values(*fields)) == before
-    again = cached_replies.cached_replies_import(text=exported, tenants=None, user=None)
+    again = cached_reply_csv.cached_replies_import(text=exported, tenants=None, user=None)
     assert (again.created, again.updated) == (0, 2)
     assert CachedReply.objects.count() == 2
 
@@ -430,8 +430,8 @@ def test_a_bad_row_is_reported_by_line_and_nothing_is_imported(tenant):
         "acme,Printer?,,true,\n"  # line 7
         "acme,Canteen?,Floor 1,true,\n"  # line 8: fine
     )
-    with pytest.raises(cached_replies.CachedReplyImportError) as caught:
-        cached_replies.cached_replies_import(text=text, tenants=None, user=None)
+    with pytest.raises(cached_reply_csv.CachedReplyImportError) as caught:
+        cached_reply_csv.cached_replies_import(text=text, tenants=None, user=None)
     errors = caught.value.errors
     assert [e.split(":")[0] for e in errors] == ["line 4", "line 5", "line 6", "line 7"]
     assert "maybe" in errors[0]
@@ -442,13 +442,13 @@ def test_a_bad_row_is_reported_by_line_and_nothing_is_imported(tenant):
 
 
 def test_an_import_refuses_unknown_columns_and_other_tenants(tenant, other_tenant):
-    with pytest.raises(cached_replies.CachedReplyImportError, match="line 1: unknown column"):
-        cached_replies.cached_replies_import(
+    with pytest.raises(cached_reply_csv.CachedReplyImportError, match="line 1: unknown column"):
+        cached_reply_csv.cached_replies_import(
             text="question,answer,colour\nA?,B,red\n", tenants=None, user=None
         )
     theirs = "tenant,question,answer\nglobex,A?,B\n,C?,D\n"
-    with pytest.raises(cached_replies.CachedReplyImportError) as caught:
-        cached_replies.cached_replies_import(
+    with pytest.raises(cached_reply_csv.CachedReplyImportError) as caught:
+        cached_reply_csv.cached_replies_import(
             text=theirs, tenants=type(tenant).objects.filter(pk=tenant.pk), user=None
         )
     assert [e.split(":")[0] for e in caught.value.errors] == ["line 2", "line 3"]
@@ -457,7 +457,7 @@ def test_an_import_refuses_unknown_columns_and_other_tenants(tenant, other_tenan
 
 def test_the_same_question_twice_in_one_file_is_one_reply_updated(tenant):
     text = "tenant,question,answer\nacme,Wifi?,first\nacme,WIFI,second\n"
-    result = cached_replies.cached_replies_import(text=text, tenants=None, user=None)
+    result = cached_reply_csv.cached_replies_import(text=text, tenants=None, user=None)
     assert (result.created, result.updated) == (1, 1)
     assert CachedReply.objects.get().answer == "second"
 
@@ -472,9 +472,9 @@ def rows_csv(n, tenant="acme", start=0):
 
 def test_an_import_reads_the_table_once_whatever_its_rows(tenant):
     """Each row once scanned every reply (2,000 rows took 53 s, growing with the square)."""
-    cached_replies.cached_replies_import(text=rows_csv(1500), tenants=None, user=None)
+    cached_reply_csv.cached_replies_import(text=rows_csv(1500), tenants=None, user=None)
     with CaptureQueriesContext(connection) as queries:
-        result = cached_replies.cached_replies_import(
+        result = cached_reply_csv.cached_replies_import(
             text=rows_csv(1500, start=1000), tenants=None, user=None
         )
     assert (result.created, result.updated) == (1000, 500)
@@ -493,8 +493,8 @@ def test_an_import_refuses_what_the_form_refuses_with_the_same_words(tenant):
         "acme,Tea?,coffee,Floor 3\n"  # line 4: line 3's question, in this very file
         "acme,?!,,Nothing\n"  # line 5: only punctuation
     )
-    with pytest.raises(cached_replies.CachedReplyImportError) as caught:
-        cached_replies.cached_replies_import(text=text, tenants=None, user=None)
+    with pytest.raises(cached_reply_csv.CachedReplyImportError) as caught:
+        cached_reply_csv.cached_replies_import(text=text, tenants=None, user=None)
     errors = caught.value.errors
     assert [e.split(":")[0] for e in errors] == ["line 2", "line 4", "line 5"]
     form = CachedReply(
@@ -515,30 +515,30 @@ def test_an_update_may_free_a_phrasing_that_a_later_row_takes(tenant):
         "acme,Wifi?,,Ask the desk\n"  # drops "guest network" ...
         "acme,Guests?,guest network,Ask reception\n"  # ... which this row takes
     )
-    result = cached_replies.cached_replies_import(text=text, tenants=None, user=None)
+    result = cached_reply_csv.cached_replies_import(text=text, tenants=None, user=None)
     assert (result.created, result.updated) == (1, 1)
     assert CachedReply.objects.get(question="Guests?").alternatives == "guest network"
 
 
 def test_a_file_over_the_row_limit_is_refused_whole(tenant, settings):
     settings.QASSIST_CACHED_REPLY_IMPORT_MAX_ROWS = 10
-    with pytest.raises(cached_replies.CachedReplyImportError, match="more than 10 rows"):
-        cached_replies.cached_replies_import(text=rows_csv(11), tenants=None, user=None)
-    assert cached_replies.cached_replies_import(text=rows_csv(10), tenants=None, user=None)
+    with pytest.raises(cached_reply_csv.CachedReplyImportError, match="more than 10 rows"):
+        cached_reply_csv.cached_replies_import(text=rows_csv(11), tenants=None, user=None)
+    assert cached_reply_csv.cached_replies_import(text=rows_csv(10), tenants=None, user=None)
     assert CachedReply.objects.count() == 10
 
 
 def test_a_file_over_the_size_limit_is_refused_before_it_is_read(settings):
     settings.QASSIST_CACHED_REPLY_IMPORT_MAX_MB = 1
-    with pytest.raises(cached_replies.CachedReplyImportError, match="at most 1 MB"):
-        cached_replies.check_import_size(size=2**20 + 1)
-    cached_replies.check_import_size(size=2**20)
+    with pytest.raises(cached_reply_csv.CachedReplyImportError, match="at most 1 MB"):
+        cached_reply_csv.check_import_size(size=2**20 + 1)
+    cached_reply_csv.check_import_size(size=2**20)
 
 
 def test_an_import_writes_in_short_transactions(tenant, monkeypatch):
-    monkeypatch.setattr(cached_replies, "IMPORT_CHUNK_ROWS", 100)
+    monkeypatch.setattr(cached_reply_csv, "IMPORT_CHUNK_ROWS", 100)
     seen = []
-    cached_replies.cached_replies_import(
+    cached_reply_csv.cached_replies_import(
         text=rows_csv(250), tenants=None, user=None, progress=lambda *p: seen.append(p)
     )
     assert [p for p in seen if p[0] == "writing"] == [
@@ -552,12 +552,12 @@ def test_an_import_writes_in_short_transactions(tenant, monkeypatch):
 
 def test_formulas_survive_an_export_and_import(tenant):
     cached(tenant=tenant, question="=1+1?", alternatives="-minus\n'=quoted", answer="@here")
-    exported = cached_replies.cached_replies_export(
+    exported = cached_reply_csv.cached_replies_export(
         replies=CachedReply.objects.select_related("tenant", "created_by")
     )
     assert "'=1+1?" in exported
     CachedReply.objects.all().delete()
-    cached_replies.cached_replies_import(text=exported, tenants=None, user=None)
+    cached_reply_csv.cached_replies_import(text=exported, tenants=None, user=None)
     reply = CachedReply.objects.get()
     assert (reply.question, reply.alternatives, reply.answer) == (
         "=1+1?",
@@ -574,13 +574,13 @@ def test_a_tenant_admins_import_does_not_set_hits_or_who_made_a_reply(
         "acme,Wifi?,guest,9999,2020-01-01T00:00:00+00:00,2001-01-01T00:00:00+00:00,admin\n"
     )
     mine = type(tenant).objects.filter(pk=tenant.pk)
-    result = cached_replies.cached_replies_import(text=text, tenants=mine, user=tenant_admin)
+    result = cached_reply_csv.cached_replies_import(text=text, tenants=mine, user=tenant_admin)
     assert result.ignored_columns == ("hits", "last_hit_at", "created_at", "created_by")
     reply = CachedReply.objects.get()
     assert (reply.hits, reply.last_hit_at, reply.created_by) == (0, None, tenant_admin)
     assert reply.created_at.year > 2001
     # A superuser restoring a backup does set them.
-    result = cached_replies.cached_replies_import(text=text, tenants=None, user=admin_user)
+    result = cached_reply_csv.cached_replies_import(text=text, tenants=None, user=admin_user)
     assert result.ignored_columns == ()
     reply.refresh_from_db()
     assert (reply.hits, reply.created_by, reply.created_at.year) == (9999, admin_user, 2001)

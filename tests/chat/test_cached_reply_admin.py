@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from chat import cached_replies
+from chat import cached_replies, cached_reply_csv
 from chat.models import CachedReply, CachedReplyCandidate, CachedReplyImport
 from chat.tasks import import_cached_replies
 
@@ -67,7 +67,7 @@ def test_export_action_downloads_the_selected_replies_as_csv(admin_client, tenan
     )
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     body = response.content.decode()
-    assert body.splitlines()[0] == ",".join(cached_replies.CSV_COLUMNS)
+    assert body.splitlines()[0] == ",".join(cached_reply_csv.CSV_COLUMNS)
     assert "Wifi?" in body
     assert "Lunch?" not in body
 
@@ -134,7 +134,7 @@ def csv_upload(rows, tenant="acme", extra=""):
 
 @pytest.fixture
 def small_inline(monkeypatch):
-    monkeypatch.setattr(cached_replies, "IMPORT_INLINE_MAX_ROWS", 5)
+    monkeypatch.setattr(cached_reply_csv, "IMPORT_INLINE_MAX_ROWS", 5)
 
 
 def test_a_large_file_is_imported_in_the_background_with_its_progress_shown(
@@ -177,7 +177,7 @@ def test_a_refused_background_import_lists_every_bad_row_and_imports_nothing(
         {"file": SimpleUploadedFile("bad.csv", text.encode())},
     )
     job = CachedReplyImport.objects.get()
-    cached_replies.cached_reply_import_run(import_id=job.pk)
+    cached_reply_csv.cached_reply_import_run(import_id=job.pk)
     page = admin_client.get(reverse("admin:chat_cachedreply_import_status", args=[job.pk]))
     body = page.content.decode()
     assert "Nothing was imported." in body
@@ -189,8 +189,8 @@ def test_a_refused_background_import_lists_every_bad_row_and_imports_nothing(
 def test_a_run_happens_once_however_often_its_message_arrives(admin_client, tenant, small_inline):
     admin_client.post(reverse("admin:chat_cachedreply_import"), {"file": csv_upload(6)})
     job = CachedReplyImport.objects.get()
-    assert cached_replies.cached_reply_import_run(import_id=job.pk).status == "done"
-    assert cached_replies.cached_reply_import_run(import_id=job.pk).status == "done"
+    assert cached_reply_csv.cached_reply_import_run(import_id=job.pk).status == "done"
+    assert cached_reply_csv.cached_reply_import_run(import_id=job.pk).status == "done"
     assert CachedReply.objects.count() == 6
 
 
@@ -200,9 +200,9 @@ def test_an_import_whose_message_was_lost_is_sent_again_by_beat(
     admin_client.post(reverse("admin:chat_cachedreply_import"), {"file": csv_upload(6)})
     job = CachedReplyImport.objects.get()
     import_dispatches.clear()
-    assert cached_replies.cached_reply_imports_resume() == 0  # too soon to call it lost
+    assert cached_reply_csv.cached_reply_imports_resume() == 0  # too soon to call it lost
     later = timezone.now() + timedelta(minutes=2)
-    assert cached_replies.cached_reply_imports_resume(now=later) == 1
+    assert cached_reply_csv.cached_reply_imports_resume(now=later) == 1
     assert import_dispatches == [job.pk]
 
 

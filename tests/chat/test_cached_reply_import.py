@@ -13,7 +13,7 @@ import pytest
 from django.db import close_old_connections
 from django.test import Client
 
-from chat import cached_replies
+from chat import cached_reply_csv
 from chat.models import CachedReply
 from chat.question_keys import normalize_question
 from tenants.models import ApiKey, Tenant
@@ -56,12 +56,12 @@ def test_logins_and_a_completion_are_answered_while_a_large_import_runs(
                 resume.wait(60)
         return normalize_question(text)
 
-    monkeypatch.setattr(cached_replies, "normalize_question", normalize_and_pause)
+    monkeypatch.setattr(cached_reply_csv, "normalize_question", normalize_and_pause)
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            outcome["result"] = cached_replies.cached_replies_import(
+            outcome["result"] = cached_reply_csv.cached_replies_import(
                 text=big_file(), tenants=None, user=None
             )
         except Exception as exc:  # reported by the assertion below
