@@ -18,6 +18,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import redis
 from channels.db import database_sync_to_async
@@ -85,6 +86,15 @@ class Ticket:
         if self.cached is not None:
             return self.cached.answer
         return self.canned
+
+    @property
+    def cached_evidence(self) -> dict[str, Any] | None:
+        """A cached reply's sources and quotes, stored with the reply it answers."""
+        if self.cached is None:
+            return None
+        from chat.cached_replies import cached_reply_evidence
+
+        return cached_reply_evidence(self.cached) or None
 
 
 @dataclass

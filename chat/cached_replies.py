@@ -14,6 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -124,12 +125,35 @@ def candidates_recurring(
     return queryset.filter(count__gte=min_count)
 
 
+# What a cached reply keeps of its answer's sources: enough to list them and open the passage.
+SOURCE_KEYS = ("number", "title", "where", "passage_id", "document_id", "snippet", "quotes")
+
+
+def cached_reply_evidence(reply: CachedReply) -> dict[str, Any]:
+    """The evidence a served cached reply carries: its sources, each with its quotes."""
+    if not reply.sources:
+        return {}
+    return {
+        "verdict": "cached",
+        "quotes": {str(s["number"]): list(s.get("quotes") or []) for s in reply.sources},
+        "unsupported": [],
+        "earlier": [
+            {**{k: v for k, v in s.items() if k != "quotes"}, "cited": True} for s in reply.sources
+        ],
+    }
+
+
 def candidate_promote(
-    *, candidate: CachedReplyCandidate, user: User | None, answer: str | None = None
+    *,
+    candidate: CachedReplyCandidate,
+    user: User | None,
+    answer: str | None = None,
+    sources: list[dict[str, Any]] | None = None,
 ) -> CachedReply:
     """A cached reply made from the candidate, disabled until staff have read and enabled it:
-    `answer` when given (a reply people rated well, feedback.services), else the reviewed draft
-    if there is one, else the model's latest answer."""
+    `answer` when given (a reply people rated well, feedback.services, with the `sources` it
+    rested on and their quotes), else the reviewed draft if there is one, else the model's
+    latest answer."""
     if candidate.promoted_to is not None:
         return candidate.promoted_to
     use_draft = candidate.draft_status == CachedReplyCandidate.DraftStatus.READY
@@ -141,6 +165,11 @@ def candidate_promote(
         answer=answer,
         enabled=False,
         created_by=user,
+        sources=[
+            {k: v for k, v in source.items() if k in SOURCE_KEYS}
+            for source in sources or []
+            if source.get("cited") or source.get("quotes")
+        ],
     )
     reply.full_clean()
     with transaction.atomic():

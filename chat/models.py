@@ -113,6 +113,10 @@ class Message(models.Model):
     # A user's question in a tenant with company knowledge: "documents" when it was given
     # passages (knowledge.Passage), "none_found" when the documents had nothing on it.
     grounding = models.CharField(max_length=16, blank=True, default="")
+    # A reply from company knowledge, checked against its passages (knowledge.support): its
+    # verdict, the sentences quoted from each passage it rests on, the claims no passage
+    # about the question holds, and the sentence the documents come closest with.
+    evidence = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -210,6 +214,9 @@ class CachedReply(models.Model):
         help_text="Other ways people ask the same thing, one per line; matched the same way.",
     )
     answer = models.TextField()
+    # Made from an answer people rated well: the sources it rested on, with the sentences
+    # quoted from them (knowledge.support), shown under it whenever it is served.
+    sources = models.JSONField(default=list, blank=True, editable=False)
     enabled = models.BooleanField(
         default=True, help_text="Off: kept, never served (a reply to review, or on hold)."
     )

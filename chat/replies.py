@@ -39,7 +39,7 @@ from django.contrib.auth.models import User
 
 from chat import admission, services
 from chat.admission import Refused, Ticket
-from chat.citing import with_citations
+from chat.citing import Checked, with_citations
 from chat.keepalive import keep_reply_alive
 from chat.models import Message
 from chat.services import Turn
@@ -140,6 +140,8 @@ class ReplyRun:
     # reply.done was published: the reply is over for its sockets, whatever after-work (the
     # conversation's title) the task still does. A follow-up may be sent from then on.
     finished: bool = False
+    # The support check's outcome (knowledge.support), stored with the reply.
+    evidence: dict[str, Any] | None = None
 
     @property
     def reply_id(self) -> int:
@@ -176,7 +178,7 @@ class ReplyRun:
                 }
             )
             message = await self._stream()
-            sources = mark_cited(self.turn.sources, message.content)
+            sources = mark_cited(self.turn.sources, message.content, message.evidence)
             # In the same step as reply.done: a follow-up sent the instant it arrives is free
             # to start (the title below is background work that never holds the connection).
             self.finished = True
@@ -241,6 +243,13 @@ class ReplyRun:
                             await database_sync_to_async(services.reply_save_progress)(
                                 reply_id=reply_id, content="".join(self.parts)
                             )
+                    elif isinstance(event, Checked):
+                        self.evidence = event.record
+                        if event.replacement is not None:
+                            # Documents only: what was streamed is replaced by what the
+                            # documents say (reply.done carries the new text).
+                            self.parts = [event.replacement]
+                            self.chars = len(event.replacement)
                     elif isinstance(event, Done):
                         usage.prompt_tokens = event.prompt_tokens
                         usage.completion_tokens = event.completion_tokens
@@ -284,6 +293,7 @@ class ReplyRun:
                         reply_id=reply_id,
                         content="".join(self.parts),
                         latency_ms=round((time.monotonic() - started) * 1000),
+                        evidence=self.evidence,
                         **outcome,
                     )
                 )
@@ -304,6 +314,7 @@ class ReplyRun:
             finish_reason="stop",
             served_from_cache=from_cache,
             latency_ms=round((time.monotonic() - started) * 1000),
+            evidence=self.ticket.cached_evidence,
         )
         return message
 

@@ -360,7 +360,9 @@ def branch_data(*, session: ChatSession) -> list[dict[str, Any]]:
         message_data(
             m,
             versions=children.get(m.parent_id, [m.id]),
-            sources=knowledge.sources_of(passages.get(m.parent_id or 0, []), reply_text=m.content),
+            sources=knowledge.sources_of(
+                passages.get(m.parent_id or 0, []), reply_text=m.content, evidence=m.evidence
+            ),
         )
         for m in messages
         if m.role != Message.Role.SYSTEM
@@ -529,10 +531,17 @@ class TurnPlan:
 
     @property
     def canned_answer(self) -> str | None:
-        """An answer given without the model: the documents-only decline."""
+        """An answer given without the model: what the documents come closest to saying when
+        they do not answer the question, or the documents-only decline."""
         if self.passages is not None and self.passages.decline:
-            return knowledge.decline_text(tenant=self.tenant)
+            return self.passages.answer or knowledge.decline_text(tenant=self.tenant)
         return None
+
+    @property
+    def canned_evidence(self) -> dict[str, Any]:
+        if self.passages is not None and self.passages.decline and self.passages.evidence:
+            return self.passages.evidence
+        return {}
 
     @property
     def sources(self) -> list[dict[str, Any]]:
@@ -780,6 +789,7 @@ def turn_start(*, plan: TurnPlan) -> Turn:
         parent=user_message,
         role=Message.Role.ASSISTANT,
         status=Message.Status.STREAMING,
+        evidence=plan.canned_evidence,
     )
     session.branch_tip = reply
     session.updated_at = timezone.now()
@@ -881,8 +891,10 @@ def reply_finish(
     error: str = "",
     error_code: str = "",
     served_from_cache: bool = False,
+    evidence: dict[str, Any] | None = None,
 ) -> Message:
-    """Store how a reply ended, and what it cost, in one transaction."""
+    """Store how a reply ended, what it cost and, from company knowledge, what it rests on
+    (`evidence`, knowledge.support), in one transaction."""
     status = _STATUS_FOR_FINISH.get(finish_reason, Message.Status.ERROR)
     if error and status is Message.Status.ERROR and content:
         status = Message.Status.INTERRUPTED  # keep what was generated, marked as cut short
@@ -898,6 +910,8 @@ def reply_finish(
         reply.completion_tokens = completion_tokens
         reply.ttft_ms = ttft_ms
         reply.served_from_cache = served_from_cache
+        if evidence is not None:
+            reply.evidence = evidence
         reply.save()
         session = reply.session
         UsageRecord.objects.create(
@@ -998,11 +1012,14 @@ def message_data(
                 knowledge.sources_of(
                     list(knowledge.branch_passages([message.parent_id]).get(message.parent_id, [])),
                     reply_text=message.content,
+                    evidence=message.evidence,
                 )
                 if message.parent_id is not None
                 else []
             )
         data["sources"] = sources
+        data["verdict"] = (message.evidence or {}).get("verdict", "")
+        data["unsupported"] = (message.evidence or {}).get("unsupported", [])
     elif message.role == Message.Role.USER:
         data["grounding"] = message.grounding
     return data

@@ -561,4 +561,8 @@ def feedback_promote(
     if candidate.promoted_to_id is not None:
         assert candidate.promoted_to is not None
         return candidate.promoted_to, False
-    return candidate_promote(candidate=candidate, user=user, answer=reply.content), True
+    sources = chat.message_data(reply).get("sources") or []
+    promoted = candidate_promote(
+        candidate=candidate, user=user, answer=reply.content, sources=sources
+    )
+    return promoted, True

@@ -81,6 +81,39 @@ def fulltext_search(
         return [Hit(int(row[0]), float(row[1])) for row in cursor.fetchall()]
 
 
+def document_frequencies(
+    *, tenant_id: int, session_id: object, words: list[str]
+) -> tuple[dict[str, int], int]:
+    """In how many of the scope's passages each word occurs, and how many passages there are:
+    how rare a question's words are in the tenant's documents (knowledge.evidence.subject)."""
+    scope, params = _scope_sql(session_id)
+    counts: dict[str, int] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT count(*) FROM knowledge_chunk c WHERE c.tenant_id = %s AND {scope}",  # noqa: S608 - `scope` is one of two fixed strings
+            [tenant_id, *params],
+        )
+        total = int(cursor.fetchone()[0])
+        for word in dict.fromkeys(w.replace('"', "") for w in words):
+            if not word:
+                continue
+            if is_postgres():
+                sql = f"""
+                    SELECT count(*) FROM knowledge_chunk c
+                    WHERE c.search_tsv @@ websearch_to_tsquery('simple', %s)
+                    AND c.tenant_id = %s AND {scope}
+                """  # noqa: S608 - `scope` is one of two fixed strings
+            else:
+                sql = f"""
+                    SELECT count(*) FROM {FTS_TABLE} JOIN knowledge_chunk c
+                    ON c.id = {FTS_TABLE}.rowid
+                    WHERE {FTS_TABLE} MATCH %s AND c.tenant_id = %s AND {scope}
+                """  # noqa: S608 - the table name and `scope` are fixed strings
+            cursor.execute(sql, [f'"{word}"', tenant_id, *params])
+            counts[word] = int(cursor.fetchone()[0])
+    return counts, total
+
+
 # --- vectors --------------------------------------------------------------------------------
 
 

@@ -66,11 +66,18 @@ def retrieve(
     question: str,
     earlier: Sequence[str] = (),
     candidates: int = CANDIDATES,
+    standalone: str | None = None,
 ) -> Retrieval:
     """Passages for `question` (with `earlier` questions of the conversation, oldest first)
-    from the tenant's documents and the conversation's attached ones."""
+    from the tenant's documents and the conversation's attached ones; `standalone`: the
+    question made standalone when it is a follow-up (knowledge.followups), searched too and
+    judged on as the question itself."""
     embedder = get_embedder()
     queries = [question]
+    judged = 1  # the queries whose best similarity says whether the documents answer
+    if standalone and standalone != question:
+        queries.append(standalone)
+        judged = 2
     previous = next((q for q in reversed(earlier) if q.strip()), "")
     if previous:
         queries.append(f"{previous}\n{question}")
@@ -89,11 +96,11 @@ def retrieve(
         rankings.append([h.chunk_id for h in hits])
         for hit in hits:
             similarity[hit.chunk_id] = max(similarity.get(hit.chunk_id, 0.0), hit.score)
-        if i == 0 and hits:
-            # The question's own similarity decides whether the documents answer it, not the
-            # joined query's: a follow-up about something the documents lack must not ride on
-            # its predecessor's topic.
-            best = hits[0].score
+        if i < judged and hits:
+            # The question's own similarity (made standalone) decides whether the documents
+            # answer it, not the joined query's; a follow-up about something the documents
+            # lack is then caught by its subject (knowledge.answerability).
+            best = max(best, hits[0].score)
     # The best passage written in the other script (a Chinese question, an English policy):
     # a multilingual embedding ranks it below passages that merely share the question's
     # language, so it is offered apart (`select`).

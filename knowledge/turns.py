@@ -14,12 +14,13 @@ again later keeps its number and is not repeated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 
-from knowledge import citations, prompt, retrieval, services
+from knowledge import answerability, followups, prompt, retrieval, services, support
 from knowledge.models import Chunk, KnowledgeBase, Passage
 from tenants.models import Tenant
 
@@ -44,7 +45,13 @@ class PassageDraft:
 class TurnPassages:
     passages: list[PassageDraft] = field(default_factory=list)  # by number
     none_found: bool = False
-    decline: bool = False  # documents only, and they do not answer: no model
+    decline: bool = False  # answered without the model (`answer`, or the documents-only decline)
+    # Judged before generation: the passages found do not answer the question. It is answered
+    # at once with what the documents come closest to saying (`answer`), and that is stored
+    # with the reply as its evidence.
+    answer: str | None = None
+    evidence: dict[str, Any] | None = None
+    signals: answerability.Signals | None = None
 
     @property
     def grounding(self) -> str:
@@ -89,12 +96,23 @@ def turn_passages(
     earlier_passages: Sequence[Passage] = (),
     token_budget: int | None = None,
 ) -> TurnPassages | None:
-    """The passages for a new question, or None when knowledge does not apply here."""
+    """The passages for a new question, or None when knowledge does not apply here. A question
+    the passages found do not answer (knowledge.answerability) is answered at once with the
+    closest they come, without the model."""
     if not services.searchable(tenant=tenant, session_id=session_id):
         return None
+    asked = followups.standalone(question, earlier_questions)
     found = retrieval.retrieve(
-        tenant_id=tenant.pk, session_id=session_id, question=question, earlier=earlier_questions
+        tenant_id=tenant.pk,
+        session_id=session_id,
+        question=question,
+        earlier=earlier_questions,
+        standalone=asked,
     )
+    kept = [p for p in earlier_passages if p.chunk_id is not None]
+    if not found.answerable and kept:
+        # A follow-up that finds nothing new rests on what the conversation was given.
+        return _judged(tenant, session_id, asked, [], kept, found.best_similarity)
     if not found.answerable:
         declined = services.mode(tenant=tenant) == KnowledgeBase.Mode.ONLY
         return TurnPassages(none_found=True, decline=declined)
@@ -121,7 +139,46 @@ def turn_passages(
     for item in new:
         number += 1
         drafts.append(PassageDraft(number, item.chunk, True, item.similarity))
-    return TurnPassages(passages=sorted(drafts, key=lambda d: d.number))
+    drafts.sort(key=lambda d: d.number)
+    return _judged(tenant, session_id, asked, drafts, kept, found.best_similarity)
+
+
+def _judged(
+    tenant: Tenant,
+    session_id: object,
+    asked: str,
+    drafts: list[PassageDraft],
+    kept: Sequence[Passage],
+    retrieval_similarity: float,
+) -> TurnPassages:
+    """The turn's passages, with the answerability decision taken on them and on those the
+    conversation holds already."""
+    given = {d.number: (d.chunk.text, support.chunk_context(d.chunk)) for d in drafts}
+    for passage in kept:
+        if passage.chunk is not None:
+            given.setdefault(passage.number, (passage.chunk.text, support.context_of(passage)))
+    signals, closest = support.question_signals(
+        tenant_id=tenant.pk,
+        session_id=session_id,
+        question=asked,
+        passages=given,
+        retrieval_similarity=retrieval_similarity,
+    )
+    turn = TurnPassages(passages=drafts, signals=signals)
+    if answerability.answers(signals) or closest is None:
+        return turn
+    turn.decline = True
+    turn.answer = support.not_covered_text(closest, chinese=support.chinese(asked))
+    turn.evidence = support.not_covered_record(closest)
+    if closest.number not in {d.number for d in drafts}:
+        # The closest sentence is in a passage an earlier question was given: list it again.
+        passage = next(p for p in kept if p.number == closest.number)
+        assert passage.chunk is not None  # its text gave the closest sentence
+        turn.passages = sorted(
+            [*drafts, PassageDraft(passage.number, passage.chunk, False, passage.score)],
+            key=lambda d: d.number,
+        )
+    return turn
 
 
 def _select(
@@ -199,11 +256,17 @@ def render_history(
     return out
 
 
-def sources_of(passages: Sequence[Passage], *, reply_text: str = "") -> list[dict[str, object]]:
+def sources_of(
+    passages: Sequence[Passage],
+    *,
+    reply_text: str = "",
+    evidence: Mapping[str, Any] | None = None,
+) -> list[dict[str, object]]:
     """The sources shown under a reply: every passage its question had, in number order,
-    marked where the reply cites it."""
-    cited = prompt.cited_numbers(reply_text)
-    return [
+    marked where the reply cites it, each with the sentences quoted from it (`evidence`, the
+    reply's support check), and the earlier passages of the conversation it rests on."""
+    evidence = evidence or {}
+    sources: list[dict[str, object]] = [
         {
             "number": p.number,
             "title": p.title,
@@ -211,10 +274,11 @@ def sources_of(passages: Sequence[Passage], *, reply_text: str = "") -> list[dic
             "passage_id": p.chunk_id,
             "document_id": f"doc-{p.document_id.hex}" if p.document_id else None,
             "snippet": snippet(p.chunk.text) if p.chunk is not None else None,
-            "cited": p.number in cited,
+            "cited": False,
         }
         for p in sorted(passages, key=lambda p: p.number)
     ]
+    return mark_cited(sources, reply_text, evidence)
 
 
 def snippet(text: str) -> str:
@@ -222,20 +286,26 @@ def snippet(text: str) -> str:
     return line if len(line) <= SNIPPET_CHARS else line[: SNIPPET_CHARS - 1].rstrip() + "…"
 
 
-def mark_cited(sources: Sequence[dict[str, object]], reply_text: str) -> list[dict[str, object]]:
-    """The sources with `cited` set from the reply's text."""
+def mark_cited(
+    sources: Sequence[dict[str, object]],
+    reply_text: str,
+    evidence: Mapping[str, Any] | None = None,
+) -> list[dict[str, object]]:
+    """The sources with `cited` set from the reply's text, and `quotes` from its support
+    check (the sentences of each passage that hold what the reply states), with the earlier
+    passages of the conversation it rests on added in number order."""
     cited = prompt.cited_numbers(reply_text)
-    return [{**source, "cited": source["number"] in cited} for source in sources]
-
-
-def reply_citation(*, question_message_id: int, reply_text: str) -> str:
-    """What to append to a reply to cite the passages it rests on (" [2]"), or "" (it cites
-    passages itself, or rests on none of those its question was given): knowledge.citations."""
-    given = Passage.objects.filter(message_id=question_message_id).select_related(
-        "chunk", "message"
-    )
-    texts = {p.number: p.chunk.text for p in given if p.chunk is not None}
-    if not texts:
-        return ""
-    question = given[0].message.content
-    return citations.citation_suffix(reply_text, question, texts)
+    evidence = evidence or {}
+    quotes = evidence.get("quotes", {})
+    have = {source["number"] for source in sources}
+    earlier = [dict(s) for s in evidence.get("earlier", []) if s.get("number") not in have]
+    if earlier:
+        sources = sorted([*sources, *earlier], key=lambda s: int(str(s["number"])))
+    return [
+        {
+            **source,
+            "cited": source["number"] in cited,
+            "quotes": list(quotes.get(str(source["number"]), source.get("quotes") or [])),
+        }
+        for source in sources
+    ]

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from chat import services as chat
 from chat.models import ChatSession, Message
+from knowledge.models import Document
 from sharing.models import SharedConversation
 from tenants.models import Tenant
 from tenants.services import membership_for
@@ -30,7 +31,9 @@ MAX_SHARES_PER_CONVERSATION = 20
 
 def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
     """The branch shown, as the snapshot keeps it: finished messages only, each reply with the
-    names of its sources (not their passages: a colleague may not open a file attached here)."""
+    names of its sources and the sentences it quoted from the tenant's documents (never from a
+    file attached to the conversation, which a colleague may not read), its support check's
+    verdict and the claims it warned about."""
     kept = []
     for m in chat.branch_data(session=session):
         if m["status"] == Message.Status.STREAMING or (
@@ -42,18 +45,34 @@ def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
                 "role": m["role"],
                 "content": m["content"],
                 "created_at": m["created_at"],
+                "verdict": m.get("verdict", ""),
+                "grounding": m.get("grounding", ""),
                 "sources": [
                     {
                         "number": s["number"],
                         "title": s["title"],
                         "where": s["where"],
                         "cited": s["cited"],
+                        "quotes": [q["text"] for q in s.get("quotes") or []]
+                        if _shared_document(s.get("document_id"))
+                        else [],
                     }
                     for s in m.get("sources") or []
                 ],
             }
         )
     return kept
+
+
+def _shared_document(document_id: object) -> bool:
+    """A document of the tenant's knowledge base, not a conversation's attachment."""
+    if not isinstance(document_id, str) or not document_id.startswith("doc-"):
+        return False
+    try:
+        key = uuid.UUID(document_id.removeprefix("doc-"))
+    except ValueError:
+        return False
+    return Document.objects.filter(id=key, session__isnull=True).exists()
 
 
 @transaction.atomic
@@ -126,10 +145,11 @@ def conversation_markdown(*, session: ChatSession) -> str:
         lines += [f"## {speaker}", "", m["content"].strip(), ""]
         if m["sources"]:
             lines.append("Sources:")
-            lines += [
-                f"- [{s['number']}] {s['title']}" + (f", {s['where']}" if s["where"] else "")
-                for s in m["sources"]
-            ]
+            for s in m["sources"]:
+                lines.append(
+                    f"- [{s['number']}] {s['title']}" + (f", {s['where']}" if s["where"] else "")
+                )
+                lines += [f"  > {quote}" for quote in s.get("quotes") or []]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -360,6 +360,14 @@ class Choice(BaseModel):
     logprobs: ChoiceLogprobs | None = None
 
 
+class Quote(BaseModel):
+    """A sentence of a passage that holds what the answer states."""
+
+    text: str = Field(description="The sentence (a table row with its column names).")
+    start: int = Field(description="Its first character's offset in the passage's text.")
+    end: int = Field(description="The offset just after its last character.")
+
+
 class Source(BaseModel):
     """A passage of the tenant's documents the answer was given (qassist's extension)."""
 
@@ -370,6 +378,11 @@ class Source(BaseModel):
     passage_id: int | None = Field(description="null once the document was deleted or replaced.")
     snippet: str | None = Field(description="The passage's beginning; null once removed.")
     cited: bool = Field(description="The answer's text cites it.")
+    quotes: list[Quote] = Field(
+        default_factory=list,
+        description="The passage's sentences that hold the answer's figures, names and terms, "
+        "as qassist's support check found them (empty when the answer does not rest on it).",
+    )
 
 
 _SOURCES = (

@@ -41,7 +41,7 @@ from chat.api.endpoint import (
     served_model,
 )
 from chat.api.structured import CompletionPlan
-from chat.citing import with_citations
+from chat.citing import Checked, with_citations
 from chat.keepalive import keep_reply_alive
 from chat.services import ChatError, Turn
 from inference.service import get_engine_client
@@ -247,7 +247,7 @@ def _usage(prompt: int, completion: int, cached: int) -> schemas.Usage:
     )
 
 
-async def _first_event(run: AsyncIterator[Event], *, queued: bool) -> Event:
+async def _first_event(run: AsyncIterator[Event | Checked], *, queued: bool) -> Event | Checked:
     """The first event that decides the response's status; with `queued`, a place in line
     (which starts a stream) too."""
     async for event in run:
@@ -256,7 +256,9 @@ async def _first_event(run: AsyncIterator[Event], *, queued: bool) -> Event:
     raise RuntimeError("the engine ended a request without a word")  # pragma: no cover
 
 
-async def _run(turn: Turn, ticket: Ticket, *, cite: bool = False) -> AsyncGenerator[Event, None]:
+async def _run(
+    turn: Turn, ticket: Ticket, *, cite: bool = False
+) -> AsyncGenerator[Event | Checked, None]:
     """The engine's events for an admitted request (or the cached answer as if generated),
     with the reply stored and the limits settled however it ends — a client that goes away
     included: closing this generator cancels the generation within a step."""
@@ -264,6 +266,7 @@ async def _run(turn: Turn, ticket: Ticket, *, cite: bool = False) -> AsyncGenera
     started = time.monotonic()
     parts: list[str] = []
     outcome: dict[str, Any] = {"finish_reason": "cancelled", "error": ""}
+    evidence: dict[str, Any] | None = None
     async with admission.held(ticket) as usage:
         # The reply's text is written only at the end: say meanwhile that it is alive.
         keep_alive = keep_reply_alive(reply_id)
@@ -278,6 +281,11 @@ async def _run(turn: Turn, ticket: Ticket, *, cite: bool = False) -> AsyncGenera
                     "served_from_cache": ticket.cached is not None,
                 }
                 yield Delta(ticket.submission.request_id, answer)
+                # The sources of a cached reply, or what the documents come closest to saying.
+                evidence = ticket.cached_evidence
+                shown = evidence or turn.reply.evidence
+                if shown:
+                    yield Checked(ticket.submission.request_id, shown)
                 yield Done(ticket.submission.request_id, "stop", 0, 0)
                 return
             events = with_citations(
@@ -291,6 +299,10 @@ async def _run(turn: Turn, ticket: Ticket, *, cite: bool = False) -> AsyncGenera
                 async for event in events:
                     if isinstance(event, Delta):
                         parts.append(event.text)
+                    elif isinstance(event, Checked):
+                        evidence = event.record
+                        if event.replacement is not None:
+                            parts[:] = [event.replacement]
                     elif isinstance(event, Done):
                         usage.prompt_tokens = event.prompt_tokens
                         usage.completion_tokens = event.completion_tokens
@@ -310,16 +322,20 @@ async def _run(turn: Turn, ticket: Ticket, *, cite: bool = False) -> AsyncGenera
                     reply_id=reply_id,
                     content="".join(parts),
                     latency_ms=round((time.monotonic() - started) * 1000),
+                    evidence=evidence,
                     **outcome,
                 )
             )
 
 
-def _sources(sources: list[dict[str, Any]], text: str) -> list[schemas.Source] | None:
-    """The extension field: None (left out) when the tenant has no company knowledge."""
-    if not sources:
+def _sources(
+    sources: list[dict[str, Any]], text: str, evidence: dict[str, Any] | None = None
+) -> list[schemas.Source] | None:
+    """The extension field: None (left out) when the tenant has no company knowledge; each
+    source with the sentences the reply's support check quoted from it."""
+    if not sources and not (evidence or {}).get("earlier"):
         return None
-    return [schemas.Source.model_validate(s) for s in mark_cited(sources, text)]
+    return [schemas.Source.model_validate(s) for s in mark_cited(sources, text, evidence)]
 
 
 def _finish_reason(done: Done, calls: bool) -> schemas.FinishReason:
@@ -349,21 +365,26 @@ def _tool_calls(calls: list[tools.ParsedCall]) -> list[schemas.ToolCall] | None:
 
 async def _whole(
     completion_id: str,
-    first: Event,
-    run: AsyncGenerator[Event, None],
+    first: Event | Checked,
+    run: AsyncGenerator[Event | Checked, None],
     sources: list[dict[str, Any]],
     plan: CompletionPlan,
 ) -> HttpResponseBase:
     parts: list[str] = []
     logprobs: list[dict[str, Any]] | None = [] if plan.logprobs is not None else None
     done: Done | None = None
-    event: Event | None = first
+    evidence: dict[str, Any] | None = None
+    event: Event | Checked | None = first
     try:
         while event is not None:
             if isinstance(event, Delta):
                 parts.append(event.text)
                 if logprobs is not None:
                     logprobs += event.logprobs or []
+            elif isinstance(event, Checked):
+                evidence = event.record
+                if event.replacement is not None:
+                    parts = [event.replacement]
             elif isinstance(event, Done):
                 done = event
             elif isinstance(event, Failed):
@@ -394,7 +415,7 @@ async def _whole(
             ],
             usage=_usage(done.prompt_tokens, done.completion_tokens, done.cached_tokens),
             system_fingerprint=FINGERPRINT,
-            sources=_sources(sources, "".join(parts)),
+            sources=_sources(sources, "".join(parts), evidence),
         ),
         exclude_none_fields={"sources"},
     )
@@ -402,8 +423,8 @@ async def _whole(
 
 async def _sse_stream(
     completion_id: str,
-    first: Event,
-    run: AsyncGenerator[Event, None],
+    first: Event | Checked,
+    run: AsyncGenerator[Event | Checked, None],
     include_usage: bool,
     sources: list[dict[str, Any]],
     plan: CompletionPlan,
@@ -415,6 +436,7 @@ async def _sse_stream(
     )
     calls = 0
     held: list[dict[str, Any]] = []  # logprobs of text the tool-call reader holds back
+    evidence: dict[str, Any] | None = None
 
     def chunk(
         delta: schemas.ChunkDelta,
@@ -433,7 +455,7 @@ async def _sse_stream(
                 )
             ],
             system_fingerprint=FINGERPRINT,
-            sources=_sources(sources, "".join(text)) if with_sources else None,
+            sources=_sources(sources, "".join(text), evidence) if with_sources else None,
         )
         return _sse(model, exclude_none_fields={"sources"})
 
@@ -457,7 +479,7 @@ async def _sse_stream(
 
     try:
         opened = False  # the role chunk is sent when the reply starts, after any wait in line
-        event: Event | None = first
+        event: Event | Checked | None = first
         while event is not None:
             if isinstance(event, Queued):
                 yield _queued_comment(event)
@@ -466,7 +488,15 @@ async def _sse_stream(
             if not opened and not isinstance(event, Failed):
                 opened = True
                 yield chunk(schemas.ChunkDelta(role="assistant", content=""))
-            if isinstance(event, Delta):
+            if isinstance(event, Checked):
+                evidence = event.record
+                if event.replacement is not None:
+                    # Documents only: what was streamed cannot be taken back; it is followed
+                    # by what the documents do say, which is also what is stored.
+                    withdrawn = f"\n\n---\n{event.replacement}"
+                    text[:] = [event.replacement]
+                    yield chunk(schemas.ChunkDelta(content=withdrawn))
+            elif isinstance(event, Delta):
                 text.append(event.text)
                 if reader is None:
                     yield chunk(schemas.ChunkDelta(content=event.text), logprobs=event.logprobs)

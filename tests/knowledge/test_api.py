@@ -254,3 +254,60 @@ async def test_json_replies_are_never_given_a_citation(
     )
     content = response.json()["choices"][0]["message"]["content"]
     assert json.loads(content) == {"cap": "x"}  # the fake's simplest valid JSON, nothing after
+
+
+async def test_the_openai_client_reads_the_sentences_an_answer_rests_on(
+    tenant: Tenant, key: str, use_engine: Any, no_dispatch: list[object]
+) -> None:
+    import openai.types.chat
+
+    from tests.chat.test_api import through_openai
+
+    use_engine(FakeRunner(max_seq_tokens=4096, reply_for=lambda prompt: "At most EUR 180."))
+    await index((await upload(key)).json()["id"])
+    body = {
+        "model": "smollm2-135m",
+        "messages": [{"role": "user", "content": "What is the hotel cap per night?"}],
+    }
+    response = await AsyncClient().post(
+        "/v1/chat/completions", json.dumps(body), content_type="application/json",
+        headers=auth(key),
+    )  # fmt: skip
+    completion = openai.types.chat.ChatCompletion.model_validate(response.json())
+    assert completion.choices[0].message.content == "At most EUR 180. [1]"
+    (source,) = (completion.model_extra or {})["sources"]
+    assert source["cited"] is True
+    (quote,) = source["quotes"]
+    assert quote["text"] == "The hotel cap per night is EUR 180."
+    passage = (await Chunk.objects.aget(pk=source["passage_id"])).text
+    assert passage[quote["start"] : quote["end"]] == quote["text"]
+    stream = await AsyncClient().post(
+        "/v1/chat/completions", json.dumps({**body, "stream": True}),
+        content_type="application/json", headers=auth(key),
+    )  # fmt: skip
+    raw = b"".join([c async for c in stream.streaming_content]).decode()  # type: ignore[attr-defined]
+    chunks = list(through_openai(raw))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "At most EUR 180. [1]"
+    (last,) = [c for c in chunks if (c.model_extra or {}).get("sources")]
+    assert last.model_extra["sources"][0]["quotes"][0]["text"] == quote["text"]
+
+
+async def test_a_warned_reply_over_rest_carries_the_warning_and_no_citation(
+    tenant: Tenant, key: str, use_engine: Any, no_dispatch: list[object]
+) -> None:
+    use_engine(FakeRunner(max_seq_tokens=4096, reply_for=lambda prompt: "At most EUR 95."))
+    await index((await upload(key)).json()["id"])
+    body = {
+        "model": "smollm2-135m",
+        "messages": [{"role": "user", "content": "What is the hotel cap per night?"}],
+    }
+    response = await AsyncClient().post(
+        "/v1/chat/completions", json.dumps(body), content_type="application/json",
+        headers=auth(key),
+    )  # fmt: skip
+    data = response.json()
+    content = data["choices"][0]["message"]["content"]
+    assert content.startswith("At most EUR 95.\n\n*Not in the documents: 95.")
+    assert data["sources"][0]["cited"] is False
+    assert data["sources"][0]["quotes"] == []

@@ -36,9 +36,12 @@ export function messageEl(m, live, question) {
     el.append(avatar);
     const note = div("msg-note", "Not from the company’s documents: they had nothing on this question.");
     note.setAttribute("role", "note");
+    const warning = div("msg-warning");
+    warning.setAttribute("role", "note");
+    warning.hidden = true;
     const sources = div("sources");
     sources.hidden = true;
-    body.append(div("md"), note, sources, div("msg-status"));
+    body.append(div("md"), warning, note, sources, div("msg-status"));
     el._question = question || null;
   }
   body.append(div("msg-actions"));
@@ -62,13 +65,33 @@ export function announceReply(el, m) {
   announce("qassist said: " + (text || "nothing") + ending);
 }
 
+// The support check's warning ends a reply's stored text (so REST, exports and shares carry it);
+// the chat shows it apart, as a note of its own, where it cannot be mistaken for the answer.
+const WARNED = new Set(["unsupported", "not_found"]);
+const WARNING_START = /\n\n\*(Not in the documents|Not found in the documents|文档中没有依据|文档中没有找到依据)/;
+
+/** The reply's text and its warning, apart (the warning without its Markdown emphasis). */
+export function splitWarning(m) {
+  const content = m.content || "";
+  if (!WARNED.has(m.verdict)) return [content, ""];
+  const match = content.match(WARNING_START);
+  if (!match) return [content, ""];
+  const note = content.slice(match.index).trim().replace(/^\*+|\*+$/g, "");
+  return [content.slice(0, match.index), note];
+}
+
 export function updateAssistant(el, m, live) {
   el._message = m;
   const streaming = m.status === "streaming";
   el.classList.toggle("streaming", streaming && live);
+  el.dataset.verdict = m.verdict || "";
   const body = el.querySelector(".md");
+  const [text, warning] = splitWarning(m);
+  const warningEl = el.querySelector(".msg-warning");
+  warningEl.textContent = warning;
+  warningEl.hidden = !warning;
   if (m.content) {
-    md.render(body, m.content, !streaming);
+    md.render(body, text, !streaming);
     linkCitations(body, m.sources);
   } else if (streaming && live) {
     body.replaceChildren(waitingEl(null));

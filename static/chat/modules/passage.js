@@ -39,13 +39,41 @@ export async function openPassage(source, from) {
   $("passage-title").textContent = passage.title;
   $("passage-where").textContent = passage.where || "";
   $("passage-where").hidden = !passage.where;
-  $("passage-text").textContent = passage.text;
+  showText($("passage-text"), passage.text, source.quotes || []);
   $("passage-text").removeAttribute("aria-busy");
-  $("passage-text").scrollTop = 0;
   const link = $("passage-download");
   link.href = passage.document.download_url;
   link.textContent = "Download " + passage.document.filename;
   link.hidden = false;
+}
+
+/** The passage's text with the sentences the reply rests on highlighted (<mark>), the first one
+ * scrolled into view. Offsets come from the server; a quote that is not where they say (the
+ * passage changed since) is looked up by its text. */
+function showText(box, text, quotes) {
+  const ranges = [];
+  for (const quote of quotes) {
+    let start = quote.start;
+    if (text.slice(start, quote.end) !== quote.text) start = text.indexOf(quote.text);
+    if (start >= 0 && quote.text) ranges.push([start, start + quote.text.length]);
+  }
+  ranges.sort((a, b) => a[0] - b[0]);
+  const parts = [];
+  let at = 0;
+  for (const [start, end] of ranges) {
+    if (start < at) continue;
+    parts.push(text.slice(at, start));
+    const mark = document.createElement("mark");
+    mark.className = "quote";
+    mark.textContent = text.slice(start, end);
+    parts.push(mark);
+    at = end;
+  }
+  parts.push(text.slice(at));
+  box.replaceChildren(...parts);
+  box.scrollTop = 0;
+  const first = box.querySelector("mark");
+  if (first) first.scrollIntoView({ block: "center" });
 }
 
 function focusables(box) {

@@ -39,7 +39,9 @@ export function renderSources(el, m, text) {
   const anyCited = sources.some(cited);
   // Redrawn only when what it shows changes (not at every piece of a streaming reply), keeping
   // what the reader opened.
-  const key = sources.map((s) => s.number + (cited(s) ? "c" : "") + ":" + s.passage_id).join(",");
+  const key = sources
+    .map((s) => s.number + (cited(s) ? "c" : "") + ":" + s.passage_id + ":" + (s.quotes || []).length)
+    .join(",");
   if (box.dataset.key === key) return;
   box.dataset.key = key;
   const wasOpen = box.querySelector(".sources-more[aria-expanded=true]") !== null;
@@ -101,6 +103,7 @@ function sourceEl(source, cited) {
   }
   if (cited) summary.append(div("visually-hidden", "(cited)"));
   details.append(summary);
+  const quotes = Array.isArray(source.quotes) ? source.quotes : [];
   if (source.passage_id === null || source.passage_id === undefined) {
     details.append(div("source-snippet removed", "This passage was removed from the documents since."));
   } else {
@@ -114,6 +117,27 @@ function sourceEl(source, cited) {
     details.append(open);
   }
   item.append(details);
+  // What the reply rests on, in the passage's own words: shown without opening anything, so a
+  // figure can be checked against its sentence at a glance.
+  for (const quote of quotes) {
+    const block = document.createElement("blockquote");
+    block.className = "source-quote";
+    block.textContent = quote.text;
+    if (source.passage_id !== null && source.passage_id !== undefined) {
+      block.tabIndex = 0;
+      block.title = "Open the passage with this sentence highlighted";
+      block.setAttribute("role", "button");
+      block.setAttribute("aria-label", "Quoted from source " + source.number + ": " + quote.text);
+      block.addEventListener("click", () => openPassage(source, block));
+      block.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" || event.key === " ") {
+          event.preventDefault();
+          openPassage(source, block);
+        }
+      });
+    }
+    item.append(block);
+  }
   return item;
 }
 

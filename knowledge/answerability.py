@@ -1,0 +1,102 @@
+"""Whether the passages found for a question answer it, decided before the model is asked.
+
+A question the documents do not answer still retrieves passages — the nearest ones, on the
+neighbouring subject (a funeral finds parental leave, a gym the meal subsidy) — and a small
+model given them borrows their figures. Retrieval's own score cannot tell these questions apart
+(the best passage of an unanswerable question scores as high as most answerable ones:
+docs/BENCHMARKS.md). What does is whether the question's *subject* is in the passages:
+
+- `coverage`: the best sentence's share of the question's subject, each term weighted by how
+  rare it is in the tenant's documents (a term they never use — gym, funeral — weighs most),
+  its heading counted in;
+- `rarest_present`: the question's rarest subject term occurs in a passage at all;
+- `similarity`: the embedder's closest sentence to the question (across languages, where
+  words do not match);
+- `retrieval`: the best passage's similarity, as retrieval scored it;
+- `model_yes`: optionally, the model's own probability of "yes" to "do the passages answer
+  the question?" (bench/rag_eval measures it; see docs/BENCHMARKS.md for why the product
+  does not ask it).
+
+They are fused by a logistic model (`WEIGHTS`, fitted on bench/rag_eval's tuning half, never on
+its held-out half) into the probability that the passages answer the question; below
+`THRESHOLD`, the question is declined at once — "The documents don't cover this", with the
+closest sentence offered — at the cost of no generation.
+
+Pure: no database, no model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from knowledge import evidence
+from knowledge.segment import words
+
+
+@dataclass(frozen=True)
+class Signals:
+    coverage: float = 0.0
+    rarest_present: float = 0.0  # 1.0 or 0.0
+    similarity: float = 0.0
+    retrieval: float = 0.0
+    model_yes: float | None = None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return asdict(self)
+
+
+# Fitted by `python -m bench.rag_eval --fit` on the tuning half (docs/BENCHMARKS.md, "Trust").
+FEATURES = ("coverage", "rarest_present", "similarity", "retrieval")
+WEIGHTS: dict[str, float] = {
+    "bias": -3.0,
+    "coverage": 3.0,
+    "rarest_present": 1.5,
+    "similarity": 3.0,
+    "retrieval": 0.0,
+}
+THRESHOLD = 0.2
+
+
+def signals(
+    subject: evidence.Subject,
+    sentences: Sequence[evidence.Sentence],
+    similarities: Sequence[float],
+    retrieval_similarity: float,
+) -> Signals:
+    """The signals of a question's subject against the sentences it would be given."""
+    if not sentences:
+        return Signals(retrieval=retrieval_similarity)
+    coverage = max(subject.covered(words(s.context) + words(s.text)) for s in sentences)
+    rarest = max(subject.terms, key=lambda t: subject.terms[t]) if subject.terms else None
+    present = 1.0
+    if rarest is not None:
+        held: set[str] = set()
+        for s in sentences:
+            held.update(words(s.context))
+            held.update(words(s.text))
+        present = 0.0 if subject.missing(held) and rarest in subject.missing(held) else 1.0
+    return Signals(
+        coverage=coverage,
+        rarest_present=present,
+        similarity=max(similarities, default=0.0),
+        retrieval=retrieval_similarity,
+    )
+
+
+def probability(found: Signals, weights: Mapping[str, float] | None = None) -> float:
+    """The fused probability that the passages answer the question."""
+    weights = WEIGHTS if weights is None else weights
+    values = found.as_dict()
+    z = weights.get("bias", 0.0)
+    for name, weight in weights.items():
+        if name == "bias":
+            continue
+        value = values.get(name)
+        z += weight * (value if value is not None else 0.0)
+    return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
+
+
+def answers(found: Signals, threshold: float | None = None) -> bool:
+    return probability(found) >= (THRESHOLD if threshold is None else threshold)

@@ -1,0 +1,409 @@
+"""What a reply rests on, checked sentence by sentence.
+
+A small model answers every question with the same confidence: it borrows a figure from the
+passage next door (the meal per diem given as the mileage rate), or the wrong row of the right
+table (the hotel cap of most cities given for Paris). A citation of the passage makes such a
+reply look checked. So qassist checks the reply's *claims* itself, after the model, and shows
+its work:
+
+- **Claims** (`claims`): what an employee would act on — figures (amounts, days, dates, times,
+  phone numbers), identifiers (`vpn.nwrobotics.example`, `NWR-Guest`) and names (`FortiClient`,
+  `Meridian Assist`, `CFO`) the reply states and its question does not.
+- **Sentences** (`sentences`): each passage cut into sentences, lines and table rows (a row is
+  one line that names its columns: "City class: A; Cities: London, Paris; Cap: EUR 220"), with
+  their offsets, so the passage view can highlight what is quoted.
+- **Support** (`check`): a claim is supported by a sentence that holds it *and* is about what
+  was asked — the question's subject (its rarest words in the tenant's documents: gym,
+  funeral, mileage, Paris) is in the sentence or in its heading, or, across languages, the
+  embedder finds the sentence close to the question (`about`). A claim held only by sentences
+  about something else (48 EUR, the meal per diem, for a question about mileage) is not.
+- **Quotes**: for each passage the reply rests on, the sentences that hold its supported
+  claims — shown under the reply, so "160 EUR" stands next to "The nightly cap is EUR 160 in
+  most cities and EUR 220 in Paris" and can be corrected at a glance.
+
+Pure functions: the caller passes the embedder's similarities in (`Aboutness`); no database,
+no model.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from knowledge.segment import STOPWORDS, words
+
+# --- sentences --------------------------------------------------------------------------------
+
+# After . ! ? and a space (English), after 。！？； (Chinese); a line break always ends one.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^\s\d])|(?<=[。！？；])")
+# "e.g. the", "approx. 20": not the end of a sentence.
+_ABBREVIATION = re.compile(r"\b(?:e\.g|i\.e|etc|approx|incl|excl|no|nr|vs|cf|ca|min|max)\.$", re.I)
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A sentence (or line, or table row) of a passage, with where it stands in its text."""
+
+    number: int  # the passage's number in the conversation
+    start: int  # character offsets in the passage's text
+    end: int
+    text: str
+    context: str = ""  # the passage's document title and section: what its sentences are about
+
+
+def sentences(number: int, text: str, context: str = "") -> list[Sentence]:
+    """`text` cut into sentences: every line on its own (a list item, a table row), long lines
+    at sentence ends."""
+    out: list[Sentence] = []
+    offset = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if stripped:
+            lead = offset + (len(line) - len(line.lstrip()))
+            start = 0
+            body = line.strip()
+            for match in _SENTENCE_END.finditer(body):
+                piece = body[start : match.start()].rstrip()
+                if _ABBREVIATION.search(piece):
+                    continue
+                if piece:
+                    out.append(
+                        Sentence(number, lead + start, lead + start + len(piece), piece, context)
+                    )
+                start = match.end()
+            piece = body[start:].rstrip()
+            if piece:
+                out.append(
+                    Sentence(number, lead + start, lead + start + len(piece), piece, context)
+                )
+        offset += len(line)
+    return out
+
+
+# --- claims -------------------------------------------------------------------------------
+
+FIGURE = "figure"
+NAME = "name"
+
+_NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*")
+_CN_DIGITS = dict(zip("零一二两三四五六七八九", (0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9), strict=True))
+_CN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
+# A run of Chinese numerals counts as a figure when a measure follows it (十四天, 两小时, 三个月)
+# or it holds a unit (十四): 一般, 统一 and 一下 are words, not numbers.
+_CN_NUMBER = re.compile(
+    r"[零一二两三四五六七八九十百千万]+(?=[天日周月年个次元小分岁人份张台项条%％])|"
+    r"[零一二两三四五六七八九]*[十百千万][零一二两三四五六七八九十百千万]*"
+)
+_CITATION_MARK = re.compile(r"[\[【]\s*\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\s*[\]】]")
+_LIST_MARK = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*•])\s+", re.M)
+# An identifier: letters and digits joined by . - @ _ (vpn.nwrobotics.example, NWR-Guest,
+# it-help@…), a word with a capital inside (FortiClient, BitLocker) or in capitals (CFO, MFA).
+_IDENTIFIER = re.compile(
+    r"[A-Za-z0-9]+(?:[.\-@_][A-Za-z0-9]+)+|[A-Za-z]*[a-z][A-Z][A-Za-z]*|\b[A-Z]{2,}[0-9]*\b"
+)
+_CAPITALISED = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]{2,}\b", re.M)
+# Words a reply capitalises without naming anything checkable.
+COMMON_NAMES = frozenset(
+    """
+    I EUR USD CNY RMB OK Yes No Note Please The This That These Those You Your It If For
+    Monday Tuesday Wednesday Thursday Friday Saturday Sunday January February March April
+    May June July August September October November December
+    """.split()  # noqa: SIM905 - a word list reads best as words
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str  # normalised, as matched against sentences ("1500", "0.32", "forticlient")
+    text: str  # as the reply writes it
+    kind: str  # FIGURE or NAME
+
+
+def _cn_value(run: str) -> int | None:
+    total = section = digit = 0
+    seen = False
+    for char in run:
+        if char in _CN_DIGITS:
+            digit = _CN_DIGITS[char]
+            seen = True
+        elif char in _CN_UNITS:
+            unit = _CN_UNITS[char]
+            if unit == 10000:
+                total = (total + section + digit) * unit
+                section = 0
+            else:
+                section += (digit or 1) * unit
+            digit = 0
+            seen = True
+        else:
+            return None
+    return total + section + digit if seen else None
+
+
+_DASHES = str.maketrans({"–": "-", "—": "-", "−": "-", "～": "-", "~": "-"})
+
+
+def figure_key(text: str) -> str:
+    """A figure as compared: thousands separators dropped (1,500 and 1.500 → 1500), a decimal
+    comma made a point (0,32 → 0.32), full-width digits and dashes made ASCII."""
+    text = unicodedata.normalize("NFKC", text).translate(_DASHES).strip(".,:-/")
+    if re.fullmatch(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3}){1,2}", text):
+        text = text.replace(",", "") if "," in text else text.replace(".", "")
+    elif re.fullmatch(r"\d+,\d{1,2}", text):
+        text = text.replace(",", ".")
+    return text
+
+
+def figure_parts(key: str) -> list[str]:
+    """A range or a pair written in one piece (10:00-15:00, 8/10) as its figures."""
+    return [part for part in re.split(r"[-/]", key) if part]
+
+
+def figures(text: str) -> list[tuple[str, str]]:
+    """(key, as written) for each figure of `text`, Chinese numerals included (十四 → 14)."""
+    text = unicodedata.normalize("NFKC", text).translate(_DASHES)
+    out = [(figure_key(m.group(0)), m.group(0)) for m in _NUMBER.finditer(text)]
+    for match in _CN_NUMBER.finditer(text):
+        value = _cn_value(match.group(0))
+        if value is not None:
+            out.append((str(value), match.group(0)))
+    return [(key, written) for key, written in out if key]
+
+
+def names(text: str) -> list[tuple[str, str]]:
+    """(key, as written) for each identifier or name of `text`."""
+    found: dict[str, str] = {}
+    for match in _IDENTIFIER.finditer(text):
+        token = match.group(0)
+        if not any(c.isalpha() for c in token) or token in COMMON_NAMES:
+            continue
+        found.setdefault(token.lower(), token)
+    for match in _CAPITALISED.finditer(text):
+        token = match.group(0)
+        if token not in COMMON_NAMES:
+            found.setdefault(token.lower(), token)
+    return list(found.items())
+
+
+def claims(reply: str, question: str) -> list[Claim]:
+    """What the reply states that its question does not: its figures, identifiers and names, in
+    the order written (citation marks and list numbering aside)."""
+    reply = _LIST_MARK.sub(" ", _CITATION_MARK.sub(" ", reply))
+    asked_figures = {key for key, _ in figures(question)}
+    asked_words = set(words(question))
+    out: dict[str, Claim] = {}
+    for key, written in figures(reply):
+        if key not in asked_figures:
+            out.setdefault(key, Claim(key, written, FIGURE))
+    for key, written in names(reply):
+        parts = set(words(written))
+        if key in asked_words or (parts and parts <= asked_words):
+            continue
+        if key in out or any(key in c.key for c in out.values()):
+            continue
+        out.setdefault(key, Claim(key, written, NAME))
+    return list(out.values())
+
+
+def sentence_keys(sentence: Sentence) -> set[str]:
+    """What a claim is looked up in: the sentence's figures and words (its heading aside)."""
+    keys: set[str] = set()
+    for key, _ in figures(sentence.text):
+        keys.add(key)
+        keys.update(figure_parts(key))
+    keys.update(words(sentence.text))
+    keys.update(key for key, _ in names(sentence.text))
+    return keys
+
+
+def holds(sentence: Sentence, claim: Claim, keys: set[str] | None = None) -> bool:
+    keys = sentence_keys(sentence) if keys is None else keys
+    if claim.key in keys:
+        return True
+    if claim.kind == FIGURE:
+        parts = figure_parts(claim.key)
+        return len(parts) > 1 and all(p in keys for p in parts)
+    if claim.kind == NAME:
+        parts = words(claim.text)
+        return bool(parts) and all(p in keys for p in parts)
+    return False
+
+
+# --- what was asked -------------------------------------------------------------------------
+
+# Words of a question that say what kind of answer is wanted, not what it is about.
+GENERIC = frozenset(
+    """
+    company companies employee employees staff people person someone anyone everyone allowed
+    need needs get gets got pay paid give given take taken make use used work working
+    day days week weeks month months year years time times hour hours minute minutes number
+    amount much many long often maximum minimum most least max min per each every
+    rule rules policy policies allowed allow may able new old first last next
+    one two three four five
+    eur euro euros usd yuan rmb cny
+    多少 几 几天 多久 多长 什么 时候 哪里 哪儿 怎么办 规定 员工 公司 可以 需要 允许
+    最多 最少 每 每天 每月 每年
+    """.split()  # noqa: SIM905 - a word list reads best as words
+)
+
+
+def _stem(word: str) -> str:
+    """Latin-script words compared without their plural or -ly/-ing endings (hotel, hotels;
+    nightly, night): enough for a question's subject, which is most often a noun."""
+    if not word.isascii() or len(word) <= 4:
+        return word
+    for ending in ("ing", "ly", "es", "s"):
+        if word.endswith(ending) and len(word) - len(ending) >= 4:
+            return word[: -len(ending)]
+    return word
+
+
+def subject_terms(question: str) -> list[str]:
+    """The question's words that say what it is about, in order (stop words, question words and
+    the generic words of any policy question aside)."""
+    seen: dict[str, None] = {}
+    for word in words(question):
+        if word in STOPWORDS or word in GENERIC or (len(word) < 2 and not word.isdigit()):
+            continue
+        if any(c.isdigit() for c in word):
+            continue
+        seen.setdefault(word, None)
+    return list(seen)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The question's subject: its terms, each weighted by how rare it is in the tenant's
+    documents (a term they never use weighs most: gym, funeral)."""
+
+    terms: Mapping[str, float]
+
+    @property
+    def total(self) -> float:
+        return sum(self.terms.values())
+
+    def covered(self, text_words: Iterable[str]) -> float:
+        """The share of the subject's weight whose terms occur in `text_words`."""
+        if not self.terms:
+            return 0.0
+        present = {_stem(w) for w in text_words}
+        weight = sum(w for t, w in self.terms.items() if _stem(t) in present)
+        return weight / self.total
+
+    def missing(self, text_words: Iterable[str]) -> list[str]:
+        present = {_stem(w) for w in text_words}
+        return [t for t in self.terms if _stem(t) not in present]
+
+
+def subject(question: str, frequencies: Mapping[str, int], total: int) -> Subject:
+    """The question's subject, each term weighted by its inverse document frequency among the
+    tenant's `total` passages (`frequencies`: in how many a term occurs)."""
+    terms = subject_terms(question)
+    n = max(total, 1)
+    return Subject({t: math.log((n + 1) / (frequencies.get(t, 0) + 0.5)) for t in terms})
+
+
+# --- the check ------------------------------------------------------------------------------
+
+SUPPORTED = "supported"  # every claim held by a sentence about what was asked
+UNSUPPORTED = "unsupported"  # a claim no sentence about what was asked holds
+NOTHING_TO_CHECK = "nothing"  # the reply states no figure or name (a decline, "yes")
+
+# A sentence is about what was asked when it (with its heading) holds this share of the
+# subject's weight, or when the embedder finds it this close to the question (across
+# languages). Tuned on bench/rag_eval's tuning half (docs/BENCHMARKS.md).
+ABOUT_COVERAGE = 0.34
+ABOUT_SIMILARITY = 0.45
+
+
+Similarity = Callable[[Sequence[Sentence]], Sequence[float]]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    coverage: float = ABOUT_COVERAGE
+    similarity: float = ABOUT_SIMILARITY
+
+
+@dataclass
+class Check:
+    """A reply checked against its passages."""
+
+    verdict: str
+    supported: list[Claim] = field(default_factory=list)
+    unsupported: list[Claim] = field(default_factory=list)
+    # Passage number -> the sentences quoted from it, in the passage's order.
+    quotes: dict[int, list[Sentence]] = field(default_factory=dict)
+    # The sentence closest to what was asked, whatever the reply said: "the closest they come".
+    closest: Sentence | None = None
+
+    @property
+    def cited(self) -> list[int]:
+        return sorted(self.quotes)
+
+
+def aboutness(
+    sentences_: Sequence[Sentence],
+    subject_: Subject,
+    similarity: Similarity | None,
+) -> list[tuple[float, float]]:
+    """(subject coverage, embedder similarity) of each sentence, its heading counted in."""
+    sims = list(similarity(sentences_)) if similarity is not None and sentences_ else []
+    out = []
+    for i, sentence in enumerate(sentences_):
+        cover = subject_.covered(words(sentence.context) + words(sentence.text))
+        out.append((cover, sims[i] if i < len(sims) else 0.0))
+    return out
+
+
+def is_about(score: tuple[float, float], thresholds: Thresholds) -> bool:
+    cover, sim = score
+    return cover >= thresholds.coverage or sim >= thresholds.similarity
+
+
+def check(
+    reply: str,
+    question: str,
+    passages: Mapping[int, tuple[str, str]],
+    subject_: Subject,
+    *,
+    similarity: Similarity | None = None,
+    thresholds: Thresholds | None = None,
+) -> Check:
+    """Check `reply` to `question` against `passages` (number -> (text, context)): which claims
+    a sentence about the question holds, which none does, and what to quote."""
+    thresholds = thresholds or Thresholds()
+    all_sentences = [s for n, (t, c) in sorted(passages.items()) for s in sentences(n, t, c)]
+    scores = aboutness(all_sentences, subject_, similarity)
+    about = [is_about(s, thresholds) for s in scores]
+    closest = None
+    if all_sentences:
+        best = max(range(len(all_sentences)), key=lambda i: (scores[i][0] + scores[i][1], -i))
+        closest = all_sentences[best]
+    found = claims(reply, question)
+    if not found:
+        return Check(NOTHING_TO_CHECK, closest=closest)
+    keys = [sentence_keys(s) for s in all_sentences]
+    result = Check(SUPPORTED, closest=closest)
+    chosen: dict[int, Sentence] = {}
+    for claim in found:
+        holding = [i for i, s in enumerate(all_sentences) if holds(s, claim, keys[i])]
+        good = [i for i in holding if about[i]]
+        if not good:
+            result.unsupported.append(claim)
+            continue
+        result.supported.append(claim)
+        # A sentence quoted already for another claim, else the one most about the question.
+        pick = next((i for i in good if i in chosen), None)
+        if pick is None:
+            pick = max(good, key=lambda i: (scores[i][0] + scores[i][1], -i))
+        chosen[pick] = all_sentences[pick]
+    if result.unsupported:
+        result.verdict = UNSUPPORTED
+    for index in sorted(chosen):
+        sentence = chosen[index]
+        result.quotes.setdefault(sentence.number, []).append(sentence)
+    return result

@@ -1,0 +1,64 @@
+"""A follow-up made standalone, for retrieval and for the support check.
+
+"And how often do I have to change it?" says nothing of passwords: searched alone it found
+nothing, and the chat labelled the reply "not from the company's documents" although the
+conversation's passages held the answer. A follow-up is read with the subject of the question
+before it: the earlier question's subject words it does not repeat are added to it, so "And how
+often do I have to change it? (password, length)" is searched, and checked against sentences
+about passwords.
+
+Asking the model to rewrite the question would cost a generation per turn (seconds on two
+cores); the conversation's own words do this job for the questions employees ask.
+
+Pure functions: no database, no model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from knowledge.evidence import subject_terms
+from knowledge.segment import words
+
+# Words that point back into the conversation: a question holding one needs its predecessor.
+_ANAPHORA = frozenset(
+    """
+    it its it's they them their those these that this there one ones same such
+    instead also too else other another either former latter above
+    它 它们 这 那 这个 那个 这些 那些 该 其 此 上述 同样 也 还 呢 那么
+    """.split()  # noqa: SIM905 - a word list reads best as words
+)
+_OPENERS = re.compile(
+    r"^\s*(?:and|or|but|so|what about|how about|and if|what if|same for|also)\b"
+    r"|^\s*(?:那|还有|另外|如果|那么)",
+    re.IGNORECASE,
+)
+# A question with at most this many subject words of its own leans on the one before it.
+SHORT = 2
+
+
+def is_follow_up(question: str) -> bool:
+    """Whether `question` leans on the conversation before it ("And for Amsterdam?", "How
+    often do I have to change it?", "那上海呢？")."""
+    if _OPENERS.search(question):
+        return True
+    own = words(question)
+    if any(w in _ANAPHORA for w in own):
+        return True
+    return len(subject_terms(question)) <= SHORT and len(own) <= 8
+
+
+def standalone(question: str, earlier: Sequence[str]) -> str:
+    """`question` as it reads on its own: with the subject words of the question before it
+    (made standalone the same way) that it lacks, when it is a follow-up; else unchanged."""
+    earlier = [q for q in earlier if q.strip()]
+    if not earlier or not is_follow_up(question):
+        return question
+    previous = standalone(earlier[-1], earlier[:-1])
+    own = set(words(question))
+    added = [t for t in subject_terms(previous) if t not in own]
+    if not added:
+        return question
+    sep = "，" if any("\u4e00" <= c <= "\u9fff" for c in question) else ", "
+    return f"{question.rstrip()} ({sep.join(added)})"

@@ -1,0 +1,315 @@
+"""The support check on a reply, with the database and the embedder (knowledge.evidence is the
+pure part).
+
+When a reply from company knowledge ends, its claims (figures, identifiers, names) are looked
+up sentence by sentence in the passages of its conversation — the question's own and those
+earlier questions were given — and kept only where a sentence about what was asked holds them.
+What comes out is stored with the reply (`Message.evidence`) and drives what the reader sees:
+
+- every claim supported: the passages are cited (" [2]") and the sentences quoted under the
+  reply, highlighted in the passage view;
+- a claim no sentence about the question holds: the explicit warning naming it, and no
+  citation for it; in "documents only" mode the reply is replaced by what the documents do say
+  ("The documents don't say this. The closest they come is: …");
+- nothing to check (a decline, a yes): the passages its words come from are cited as before
+  (knowledge.citations), with the not-found note for words no passage holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from knowledge import answerability, citations, evidence, followups, index, services
+from knowledge.embeddings import get_embedder
+from knowledge.models import Chunk, KnowledgeBase, Passage
+from knowledge.parsers.base import is_cjk
+from knowledge.prompt import cited_numbers
+from knowledge.segment import words
+
+WARNING = (
+    "\n\n*Not in the documents: {claims}. No passage found for this question says this; check "
+    "it before relying on it.*"
+)
+WARNING_ZH = "\n\n*文档中没有依据：{claims}。为这个问题找到的段落都没有这样说，请核实后再使用。*"
+REPLACED = "The documents don't say this. The closest they come is: “{quote}” [{number}]"
+REPLACED_ZH = "文档中没有这方面的说明。最接近的是：“{quote}” [{number}]"
+NOT_COVERED = "The documents don't cover this. The closest they come is: “{quote}” [{number}]"
+NOT_COVERED_ZH = "文档中没有涉及这个问题。最接近的是：“{quote}” [{number}]"
+
+
+def chinese(text: str) -> bool:
+    letters = [c for c in text if c.isalnum()]
+    return bool(letters) and sum(is_cjk(c) for c in letters) * 5 >= len(letters)
+
+
+# --- sentences and their vectors ------------------------------------------------------------
+
+_VECTORS_KEPT = 4096  # sentences' vectors kept per process (a few MB), least recently used out
+_vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+_vectors_lock = threading.Lock()
+
+
+def _embed_sentences(texts: Sequence[str]) -> np.ndarray:
+    """The embedder's vectors of `texts`, from this process's cache when it holds them."""
+    embedder = get_embedder()
+    missing = []
+    with _vectors_lock:
+        for text in texts:
+            if (embedder.name, text) not in _vectors:
+                missing.append(text)
+    fresh = embedder.embed_passages(list(dict.fromkeys(missing))) if missing else None
+    with _vectors_lock:
+        if fresh is not None:
+            for text, vector in zip(dict.fromkeys(missing), fresh, strict=True):
+                _vectors[(embedder.name, text)] = vector
+        rows = []
+        for text in texts:
+            _vectors.move_to_end((embedder.name, text))
+            rows.append(_vectors[(embedder.name, text)])
+        while len(_vectors) > _VECTORS_KEPT:
+            _vectors.popitem(last=False)
+    return np.vstack(rows) if rows else np.zeros((0, 1), dtype=np.float32)
+
+
+def similarity_to(question: str) -> evidence.Similarity:
+    """How close each sentence (with its heading) is to `question`, by the embedder: the
+    support check's way across languages."""
+
+    def measure(sentences: Sequence[evidence.Sentence]) -> list[float]:
+        if not sentences:
+            return []
+        q = get_embedder().embed_queries([question])[0]
+        vectors = _embed_sentences([f"{s.context}\n{s.text}".strip() for s in sentences])
+        return [float(v) for v in vectors @ q]
+
+    return measure
+
+
+def subject_of(*, tenant_id: int, session_id: object, question: str) -> evidence.Subject:
+    terms = evidence.subject_terms(question)
+    counts, total = index.document_frequencies(
+        tenant_id=tenant_id, session_id=session_id, words=terms
+    )
+    return evidence.subject(question, counts, total)
+
+
+def chunk_context(chunk: Chunk) -> str:
+    """What a passage's sentences are about beyond themselves: its document and section path."""
+    return f"{chunk.document.title} / {chunk.headings.replace(' › ', ' / ')}".strip(" /")
+
+
+def context_of(passage: Passage) -> str:
+    chunk = passage.chunk
+    headings = chunk.headings.replace(" › ", " / ") if chunk is not None else passage.where
+    return f"{passage.title} / {headings}".strip(" /")
+
+
+# --- before generation ----------------------------------------------------------------------
+
+
+def question_signals(
+    *,
+    tenant_id: int,
+    session_id: object,
+    question: str,
+    passages: Mapping[int, tuple[str, str]],
+    retrieval_similarity: float,
+) -> tuple[answerability.Signals, evidence.Sentence | None]:
+    """The answerability signals of `question` (made standalone) against the passages it would
+    be given, and the sentence closest to it."""
+    subject = subject_of(tenant_id=tenant_id, session_id=session_id, question=question)
+    sentences = [s for n, (t, c) in sorted(passages.items()) for s in evidence.sentences(n, t, c)]
+    similarities = similarity_to(question)(sentences)
+    found = answerability.signals(subject, sentences, similarities, retrieval_similarity)
+    scores = evidence.aboutness(sentences, subject, lambda _: similarities)
+    closest = None
+    if sentences:
+        best = max(range(len(sentences)), key=lambda i: (scores[i][0] + scores[i][1], -i))
+        closest = sentences[best]
+    return found, closest
+
+
+def not_covered_text(closest: evidence.Sentence, *, chinese: bool) -> str:
+    template = NOT_COVERED_ZH if chinese else NOT_COVERED
+    return template.format(quote=closest.text, number=closest.number)
+
+
+def not_covered_record(closest: evidence.Sentence) -> dict[str, Any]:
+    return {
+        "verdict": "not_covered",
+        "quotes": {str(closest.number): [_quote_record(closest)]},
+        "unsupported": [],
+        "closest": {"number": closest.number, **_quote_record(closest)},
+    }
+
+
+def passage_map(passages: Sequence[Passage]) -> dict[int, tuple[str, str]]:
+    """number -> (text, context) of the passages whose text is still there."""
+    return {p.number: (p.chunk.text, context_of(p)) for p in passages if p.chunk is not None}
+
+
+# --- a reply, checked -----------------------------------------------------------------------
+
+
+@dataclass
+class ReplyEvidence:
+    suffix: str = ""  # appended to the reply as its last piece: citations, or the warning
+    replacement: str | None = None  # documents only: what the reply is replaced by
+    record: dict[str, Any] = field(default_factory=dict)  # stored with the reply
+
+
+def _quote_record(sentence: evidence.Sentence) -> dict[str, Any]:
+    return {"text": sentence.text, "start": sentence.start, "end": sentence.end}
+
+
+def conversation_passages(question_message: Any) -> list[Passage]:
+    """The passages a reply to `question_message` may rest on: its own, and those the
+    questions before it on its branch were given (a follow-up keeps its documents); each
+    number once, the latest row for it."""
+    ids = []
+    message = question_message
+    while message is not None:
+        if message.role == "user":
+            ids.append(message.id)
+        message = message.parent
+    rows = Passage.objects.filter(message_id__in=ids).select_related("chunk", "message")
+    by_number: dict[int, Passage] = {}
+    for row in sorted(rows, key=lambda p: (p.message.created_at, p.message_id)):
+        by_number[row.number] = row
+    return [by_number[n] for n in sorted(by_number)]
+
+
+def earlier_questions(question_message: Any) -> list[str]:
+    out = []
+    message = question_message.parent
+    while message is not None:
+        if message.role == "user":
+            out.append(message.content)
+        message = message.parent
+    return list(reversed(out))
+
+
+def evaluate(
+    *,
+    reply: str,
+    question: str,
+    passages: Mapping[int, tuple[str, str]],
+    subject: evidence.Subject,
+    similarity: evidence.Similarity | None,
+    replace: bool,
+    asked_in_chinese: bool,
+) -> ReplyEvidence:
+    """What a reply to `question` shows, given its conversation's passages."""
+    checked = evidence.check(reply, question, passages, subject, similarity=similarity)
+    record: dict[str, Any] = {
+        "verdict": checked.verdict,
+        "quotes": {
+            str(n): [_quote_record(s) for s in sentences] for n, sentences in checked.quotes.items()
+        },
+        "unsupported": [c.text for c in checked.unsupported],
+    }
+    if checked.closest is not None:
+        record["closest"] = {"number": checked.closest.number, **_quote_record(checked.closest)}
+    own = cited_numbers(reply)
+    if checked.verdict == evidence.NOTHING_TO_CHECK:
+        texts = {n: text for n, (text, _) in passages.items()}
+        suffix = citations.citation_suffix(reply, question, texts)
+        if suffix.strip().startswith("*"):
+            record["verdict"] = "not_found"
+            suffix = citations.NOT_FOUND_NOTE_ZH if asked_in_chinese else citations.NOT_FOUND_NOTE
+        else:
+            numbers = cited_numbers(suffix)
+            record["quotes"] = _word_quotes(reply, question, passages, numbers)
+        return ReplyEvidence(suffix=suffix, record=record)
+    if checked.verdict == evidence.UNSUPPORTED and replace and checked.closest is not None:
+        template = REPLACED_ZH if asked_in_chinese else REPLACED
+        record["verdict"] = "replaced"
+        record["quotes"] = {str(checked.closest.number): [_quote_record(checked.closest)]}
+        return ReplyEvidence(
+            replacement=template.format(quote=checked.closest.text, number=checked.closest.number),
+            record=record,
+        )
+    suffix = "".join(f"[{n}]" for n in checked.cited if n not in own)
+    suffix = f" {suffix}" if suffix else ""
+    if checked.unsupported:
+        shown = ", ".join(c.text for c in checked.unsupported[:4])
+        suffix += (WARNING_ZH if asked_in_chinese else WARNING).format(claims=shown)
+    return ReplyEvidence(suffix=suffix, record=record)
+
+
+def _word_quotes(
+    reply: str, question: str, passages: Mapping[int, tuple[str, str]], numbers: set[int]
+) -> dict[str, list[dict[str, Any]]]:
+    """For a reply with no figure or name, cited by its words: in each cited passage, the
+    sentence holding most of the words the reply adds to its question."""
+    added = citations.added_words(reply, question)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for number in sorted(numbers):
+        if number not in passages:
+            continue
+        text, context = passages[number]
+        best, best_count = None, 0
+        for sentence in evidence.sentences(number, text, context):
+            count = len(added & set(words(sentence.text)))
+            if count > best_count:
+                best, best_count = sentence, count
+        if best is not None:
+            out[str(number)] = [_quote_record(best)]
+    return out
+
+
+def reply_evidence(*, question_message_id: int, reply_text: str) -> ReplyEvidence:
+    """The support check of a reply to the question stored as `question_message_id`."""
+    from chat.models import Message
+
+    question_message = (
+        Message.objects.select_related("session__tenant", "parent")
+        .filter(id=question_message_id)
+        .first()
+    )
+    if question_message is None:
+        return ReplyEvidence()
+    passages = conversation_passages(question_message)
+    texts = passage_map(passages)
+    if not texts:
+        return ReplyEvidence()
+    session = question_message.session
+    question = followups.standalone(question_message.content, earlier_questions(question_message))
+    subject = subject_of(tenant_id=session.tenant_id, session_id=session.id, question=question)
+    replace = services.mode(tenant=session.tenant) == KnowledgeBase.Mode.ONLY
+    checked = evaluate(
+        reply=reply_text,
+        question=question,
+        passages=texts,
+        subject=subject,
+        similarity=similarity_to(question),
+        replace=replace,
+        asked_in_chinese=chinese(question_message.content),
+    )
+    # Passages of earlier questions the reply rests on are listed under it too.
+    own = {p.number for p in passages if p.message_id == question_message.id}
+    quoted = {int(n) for n in checked.record.get("quotes", {})}
+    checked.record["earlier"] = [
+        _source(p) for p in passages if p.number in quoted and p.number not in own
+    ]
+    return checked
+
+
+def _source(passage: Passage) -> dict[str, Any]:
+    from knowledge.turns import snippet
+
+    return {
+        "number": passage.number,
+        "title": passage.title,
+        "where": passage.where,
+        "passage_id": passage.chunk_id,
+        "document_id": f"doc-{passage.document_id.hex}" if passage.document_id else None,
+        "snippet": snippet(passage.chunk.text) if passage.chunk is not None else None,
+        "cited": False,
+    }

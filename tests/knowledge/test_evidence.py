@@ -1,0 +1,144 @@
+"""The support check, without a database or a model: sentences, claims, what was asked, and
+whether a claim rests on a sentence about it (knowledge.evidence)."""
+
+from __future__ import annotations
+
+from knowledge import evidence
+from knowledge.evidence import FIGURE, NAME, Subject
+
+HOTELS = (
+    "The nightly cap is EUR 160 in most cities and EUR 220 in Paris, London and Zurich.\n"
+    "City class: A; Cities: Paris, London; Hotel cap: EUR 220\n"
+    "City class: B; Cities: Amsterdam, Milan; Hotel cap: EUR 155"
+)
+MEALS = "The meal per diem is EUR 48 per day abroad. Receipts are not needed for it."
+CARS = "Private cars are paid EUR 0.32 per kilometre (mileage), up to 500 km a trip."
+
+
+def subject_of(question: str, rare: dict[str, int] | None = None) -> Subject:
+    # Every term in 1 of 100 passages unless said otherwise: all equally rare.
+    counts = dict.fromkeys(evidence.subject_terms(question), 1) | (rare or {})
+    return evidence.subject(question, counts, 100)
+
+
+def test_a_passage_is_cut_into_sentences_lines_and_rows_with_their_offsets():
+    text = (
+        "Hotels. The cap is EUR 160, e.g. in Lyon.\nCity class: A; Hotel cap: EUR 220\n"
+        "机票提前14天预订；商务舱超过9小时。"
+    )
+    found = evidence.sentences(3, text, "Travel policy / Hotels")
+    assert [s.text for s in found] == [
+        "Hotels.",
+        "The cap is EUR 160, e.g. in Lyon.",
+        "City class: A; Hotel cap: EUR 220",
+        "机票提前14天预订；",
+        "商务舱超过9小时。",
+    ]
+    assert all(text[s.start : s.end] == s.text for s in found)
+    assert {s.number for s in found} == {3}
+    assert found[0].context == "Travel policy / Hotels"
+
+
+def test_claims_are_the_figures_identifiers_and_names_the_question_does_not_hold():
+    found = evidence.claims(
+        "Connect with FortiClient to vpn.nwrobotics.example [2]. Guests use NWR-Guest; the CFO "
+        "signs trips over EUR 5,000. 每年最多十四天。",
+        "How do I connect to the VPN from Paris?",
+    )
+    assert [(c.key, c.kind) for c in found] == [
+        ("5000", FIGURE),
+        ("14", FIGURE),
+        ("forticlient", NAME),
+        ("vpn.nwrobotics.example", NAME),
+        ("nwr-guest", NAME),
+        ("cfo", NAME),
+    ]
+
+
+def test_a_figure_is_compared_whatever_its_separators_and_numerals():
+    assert evidence.figure_key("1,500") == evidence.figure_key("1.500") == "1500"
+    assert evidence.figure_key("0,32") == "0.32"
+    assert evidence.figure_key("１２０") == "120"
+    assert [k for k, _ in evidence.figures("两小时, 十四天, 一般, 3,808")] == ["3808", "2", "14"]
+
+
+def test_a_claim_held_by_a_sentence_about_the_question_is_supported_and_quoted():
+    checked = evidence.check(
+        "You may pay at most EUR 220 a night in Paris.",
+        "What is the hotel cap per night in Paris?",
+        {1: (HOTELS, "Travel policy / Hotels"), 2: (MEALS, "Travel policy / Meals")},
+        subject_of("What is the hotel cap per night in Paris?"),
+    )
+    assert checked.verdict == evidence.SUPPORTED
+    assert [c.key for c in checked.supported] == ["220"]
+    assert checked.cited == [1]
+    assert [s.text for s in checked.quotes[1]] == [
+        "The nightly cap is EUR 160 in most cities and EUR 220 in Paris, London and Zurich."
+    ]
+
+
+def test_a_figure_from_the_next_passage_over_is_not_supported():
+    # The meal per diem given as the mileage rate: 48 is in the documents, but in a sentence
+    # about meals, not mileage.
+    question = "What is the mileage rate for a motorbike?"
+    checked = evidence.check(
+        "The mileage rate is EUR 48 per day.",
+        question,
+        {1: (MEALS, "Travel policy / Meals"), 2: (CARS, "Travel policy / Private cars")},
+        subject_of(question, {"motorbike": 0}),
+    )
+    assert checked.verdict == evidence.UNSUPPORTED
+    assert [c.key for c in checked.unsupported] == ["48"]
+    assert checked.quotes == {}
+
+
+def test_a_figure_nobody_wrote_is_unsupported_and_the_closest_sentence_is_known():
+    question = "Does the company pay towards a gym membership?"
+    checked = evidence.check(
+        "The company pays towards a gym membership of 40 EUR.",
+        question,
+        {1: (MEALS, "Benefits / Meals")},
+        subject_of(question, {"gym": 0, "membership": 0}),
+    )
+    assert checked.verdict == evidence.UNSUPPORTED
+    assert [c.text for c in checked.unsupported] == ["40"]
+    assert checked.closest is not None
+    assert checked.closest.number == 1
+
+
+def test_across_languages_the_embedder_says_what_a_sentence_is_about():
+    question = "巴黎的酒店每晚最多多少钱？"
+    passages = {1: (HOTELS, "Travel policy / Hotels")}
+    reply = "巴黎每晚最多220欧元。"
+    without = evidence.check(reply, question, passages, subject_of(question))
+    assert without.verdict == evidence.UNSUPPORTED  # no word in common
+    close = evidence.check(
+        reply,
+        question,
+        passages,
+        subject_of(question),
+        similarity=lambda sentences: [0.6 if "Paris" in s.text else 0.1 for s in sentences],
+    )
+    assert close.verdict == evidence.SUPPORTED
+    assert close.quotes[1][0].text.startswith("The nightly cap")
+
+
+def test_a_reply_without_figures_or_names_has_nothing_to_check():
+    question = "Can I take the train in first class?"
+    checked = evidence.check(
+        "Yes, trains over four hours may be booked in first class.",
+        question,
+        {1: ("Trains over four hours may be booked in first class.", "Travel / Trains")},
+        subject_of(question),
+    )
+    assert checked.verdict == evidence.NOTHING_TO_CHECK
+
+
+def test_rare_terms_weigh_most_in_the_subject():
+    subject = evidence.subject(
+        "How many days of leave for a funeral?", {"leave": 40, "funeral": 0}, 100
+    )
+    assert set(subject.terms) == {"leave", "funeral"}  # days, how many: generic
+    assert subject.terms["funeral"] > subject.terms["leave"]
+    assert subject.covered(["parental", "leave"]) < 0.5
+    assert subject.covered(["funeral"]) > 0.5

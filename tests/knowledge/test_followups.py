@@ -1,0 +1,59 @@
+"""A follow-up made standalone from the conversation (knowledge.followups), and the
+answerability signals and decision (knowledge.answerability): pure functions."""
+
+from __future__ import annotations
+
+from knowledge import answerability, evidence, followups
+from knowledge.answerability import Signals
+
+
+def test_a_pronoun_follow_up_takes_the_subject_of_the_question_before_it():
+    asked = followups.standalone(
+        "And how often do I have to change it?", ["How long must my password be?"]
+    )
+    assert asked.startswith("And how often do I have to change it? (")
+    assert "password" in asked
+
+
+def test_a_question_that_stands_on_its_own_is_left_as_it_is():
+    question = "What is the hostname of the company VPN server?"
+    assert followups.standalone(question, ["How long must my password be?"]) == question
+    assert followups.standalone("And for Amsterdam?", []) == "And for Amsterdam?"
+
+
+def test_a_chain_of_follow_ups_carries_the_first_subject_along():
+    asked = followups.standalone(
+        "And for Amsterdam?",
+        ["What is the hotel cap per night in London?", "And in Paris?"],
+    )
+    assert "hotel" in asked
+    assert "Amsterdam" in asked
+
+
+def test_a_chinese_follow_up_is_recognised():
+    assert followups.is_follow_up("那上海呢？")
+    asked = followups.standalone("那上海呢？", ["北京办公室的停车费是多少？"])
+    assert "停车费" in asked
+
+
+def test_signals_see_whether_the_questions_rarest_term_is_in_the_passages():
+    subject = evidence.subject("Is there a gym subsidy?", {"gym": 0, "subsidy": 3}, 100)
+    meals = evidence.sentences(1, "The meal subsidy is 35 yuan a day.", "Benefits / Meals")
+    found = answerability.signals(subject, meals, [0.3], 0.4)
+    assert found.rarest_present == 0.0
+    assert 0.0 < found.coverage < 0.5
+    gym = evidence.sentences(1, "The gym subsidy is 30 EUR a month.", "Benefits / Sport")
+    assert answerability.signals(subject, gym, [0.7], 0.5).rarest_present == 1.0
+
+
+def test_the_fused_probability_grows_with_every_signal():
+    low = Signals(coverage=0.1, rarest_present=0.0, similarity=0.2, retrieval=0.3)
+    high = Signals(coverage=0.9, rarest_present=1.0, similarity=0.6, retrieval=0.5)
+    assert answerability.probability(low) < answerability.probability(high)
+    assert not answerability.answers(low, threshold=0.5)
+    assert answerability.answers(high, threshold=0.5)
+    weights = {"bias": 0.0, "model_yes": 4.0}
+    sure = Signals(model_yes=0.9)
+    assert answerability.probability(sure, weights) > answerability.probability(
+        Signals(model_yes=0.1), weights
+    )

@@ -1,0 +1,198 @@
+"""Answers an employee can trust, in the chat and over REST: every reply from the documents
+shows the sentence it rests on; a figure no sentence about the question holds is warned about
+(or, documents only, replaced by what the documents say); a follow-up keeps its documents; a
+cached reply made from an answer keeps its sources; shares and exports carry the quotes.
+
+The model is a FakeRunner whose reply is chosen per test; the embedder is the tests' fake (word
+overlap)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import User
+
+from chat.models import CachedReply, Message
+from knowledge.models import KnowledgeBase
+from sharing import services as sharing
+from tenants.models import Tenant
+from tests.chat.test_consumer import ask, connected_as, joined, of, stored
+from tests.fakes import FakeRunner
+from tests.knowledge.conftest import Upload
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOTELS = """# Travel policy
+
+## Hotels
+
+The hotel cap per night is EUR 160 in most cities. In Paris and London the hotel cap per night
+is EUR 220.
+
+## Meals
+
+The meal allowance abroad is EUR 48 a day.
+
+## Cars
+
+Private car mileage is paid at EUR 0.32 per kilometre.
+"""
+
+QUESTION = "What is the hotel cap per night in Paris?"
+
+
+def replying(text: str) -> FakeRunner:
+    return FakeRunner(max_seq_tokens=4096, reply_for=lambda prompt: text)
+
+
+@database_sync_to_async
+def set_mode(tenant: Tenant, mode: str) -> None:
+    KnowledgeBase.objects.update_or_create(tenant=tenant, defaults={"mode": mode})
+
+
+async def test_a_supported_answer_is_cited_and_shows_the_sentence_it_rests_on(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    use_engine(replying("In Paris you may pay up to EUR 220 a night."))
+    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    socket = await connected_as(member)
+    frames = await ask(socket, QUESTION)
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["content"] == "In Paris you may pay up to EUR 220 a night. [1]"
+    assert done["verdict"] == "supported"
+    (source,) = [s for s in done["sources"] if s["cited"]]
+    assert [q["text"] for q in source["quotes"]] == [
+        "In Paris and London the hotel cap per night is EUR 220."
+    ]
+    stored_reply = await stored(done["id"])
+    assert stored_reply.evidence["verdict"] == "supported"
+    await socket.disconnect()
+
+
+async def test_a_figure_from_the_wrong_sentence_is_warned_about_and_not_cited(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # 48 is in the documents, as the meal allowance: not about the hotel cap.
+    use_engine(replying("The hotel cap in Paris is EUR 48 per night."))
+    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    socket = await connected_as(member)
+    frames = await ask(socket, QUESTION)
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["verdict"] == "unsupported"
+    assert done["unsupported"] == ["48"]
+    assert done["content"].startswith("The hotel cap in Paris is EUR 48 per night.\n\n*Not in ")
+    assert "48" in done["content"].split("\n\n")[1]
+    assert "[1]" not in done["content"]
+    assert not any(s["cited"] for s in done["sources"])
+    # Streamed like the reply, so the reader sees it as the reply ends.
+    assert joined(frames) == done["content"]
+    await socket.disconnect()
+
+
+async def test_documents_only_replaces_an_unsupported_reply_with_what_the_documents_say(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    use_engine(replying("The hotel cap in Paris is EUR 48 per night."))
+    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    await set_mode(tenant, KnowledgeBase.Mode.ONLY)
+    socket = await connected_as(member)
+    frames = await ask(socket, QUESTION)
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["verdict"] == "replaced"
+    assert done["content"].startswith("The documents don't say this. The closest they come is: “")
+    assert "EUR 220" in done["content"]
+    assert done["content"].endswith("[1]")
+    assert "48" not in done["content"]
+    assert (await stored(done["id"])).content == done["content"]
+    (source,) = [s for s in done["sources"] if s["cited"]]
+    assert source["quotes"][0]["text"] in done["content"]
+    await socket.disconnect()
+
+
+async def test_a_follow_up_rests_on_the_passages_the_conversation_was_given(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    def reply_for(prompt: str) -> str:
+        if "most other cities" in prompt.rsplit("Question:", 1)[-1]:
+            return "It is EUR 160 there."
+        return "In Paris you may pay up to EUR 220 a night."
+
+    use_engine(FakeRunner(max_seq_tokens=4096, reply_for=reply_for))
+    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    socket = await connected_as(member)
+    first = of(await ask(socket, QUESTION), "reply.done")[0]["reply"]
+    session = (await database_sync_to_async(Message.objects.get)(id=first["id"])).session_id
+    frames = await ask(socket, "And in most other cities?", str(session))
+    done = of(frames, "reply.done")[0]["reply"]
+    question = await database_sync_to_async(
+        lambda: Message.objects.select_related("parent").get(id=done["id"]).parent
+    )()
+    assert question is not None
+    assert question.grounding != "none_found"
+    assert done["verdict"] == "supported"
+    assert done["content"].endswith("[1]")
+    cited = [s for s in done["sources"] if s["cited"]]
+    assert [s["number"] for s in cited] == [1]
+    assert "EUR 160" in cited[0]["quotes"][0]["text"]
+    await socket.disconnect()
+
+
+async def test_a_cached_reply_made_from_an_answer_keeps_its_sources_and_quotes(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    from chat.cached_replies import candidate_promote
+    from chat.models import CachedReplyCandidate
+
+    use_engine(replying("In Paris you may pay up to EUR 220 a night."))
+    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    socket = await connected_as(member)
+    done = of(await ask(socket, QUESTION), "reply.done")[0]["reply"]
+
+    @database_sync_to_async
+    def promote() -> CachedReply:
+        candidate = CachedReplyCandidate.objects.create(
+            tenant=tenant, normalized_key="paris hotel", question=QUESTION, count=1
+        )
+        reply = candidate_promote(
+            candidate=candidate, user=None, answer=done["content"], sources=done["sources"]
+        )
+        reply.enabled = True
+        reply.save()
+        return reply
+
+    cached = await promote()
+    assert cached.sources
+    assert cached.sources[0]["quotes"]
+    frames = await ask(socket, QUESTION)
+    again = of(frames, "reply.done")[0]["reply"]
+    assert again["served_from_cache"] is True
+    assert again["content"] == done["content"]
+    (source,) = [s for s in again["sources"] if s["cited"]]
+    assert source["title"] == "Travel policy"
+    assert "EUR 220" in source["quotes"][0]["text"]
+    await socket.disconnect()
+
+
+async def test_the_share_and_the_markdown_export_carry_the_quotes(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    use_engine(replying("In Paris you may pay up to EUR 220 a night."))
+    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    socket = await connected_as(member)
+    done = of(await ask(socket, QUESTION), "reply.done")[0]["reply"]
+    await socket.disconnect()
+
+    @database_sync_to_async
+    def shared() -> tuple[list[dict[str, Any]], str]:
+        session = Message.objects.get(id=done["id"]).session
+        share = sharing.share_create(user=member, tenant=tenant, session_id=session.id)
+        return share.messages, sharing.conversation_markdown(session=session)
+
+    messages, markdown = await shared()
+    reply = messages[-1]
+    assert reply["verdict"] == "supported"
+    (source,) = [s for s in reply["sources"] if s["cited"]]
+    assert source["quotes"] == ["In Paris and London the hotel cap per night is EUR 220."]
+    assert "  > In Paris and London the hotel cap per night is EUR 220." in markdown
