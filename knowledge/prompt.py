@@ -37,6 +37,7 @@ INSTRUCTIONS = (
     "if you can. Answer in the language of the question."
 )
 NONE_FOUND = "(No passage of the documents was found on this question.)"
+GENERAL = "(This request does not ask the documents: answer it directly, without passages.)"
 REMOVED = "(This passage was removed from the documents.)"
 
 
@@ -66,11 +67,18 @@ def passage_text(passage: PassageText) -> str:
 
 
 def user_content(
-    question: str, passages: Sequence[PassageText], *, none_found: bool = False
+    question: str,
+    passages: Sequence[PassageText],
+    *,
+    none_found: bool = False,
+    general: bool = False,
 ) -> str:
     """The user's message as the model reads it: the passages introduced with it, then the
     question. Without new passages, the question alone (earlier messages hold the passages it
-    refers to), or, when the documents had nothing on it, a note saying so."""
+    refers to), or, when the documents had nothing on it, a note saying so; a writing or
+    general task says that it does not ask the documents."""
+    if general:
+        return f"{GENERAL}\n\n{question}"
     if passages:
         block = "\n\n".join(passage_text(p) for p in passages)
     elif none_found:

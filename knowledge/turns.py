@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 
-from knowledge import answerability, followups, prompt, retrieval, services, support
+from knowledge import answerability, followups, prompt, requests, retrieval, services, support
 from knowledge.models import Chunk, KnowledgeBase, Passage
 from tenants.models import Tenant
 
@@ -31,6 +31,7 @@ SNIPPET_CHARS = 240
 
 NONE_FOUND = "none_found"
 DOCUMENTS = "documents"
+GENERAL = "general"  # a writing or general task: the documents were not searched
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,12 @@ class TurnPassages:
     answer: str | None = None
     evidence: dict[str, Any] | None = None
     signals: answerability.Signals | None = None
+    general: bool = False  # a writing or general task (knowledge.requests): no passages
 
     @property
     def grounding(self) -> str:
+        if self.general:
+            return GENERAL
         return NONE_FOUND if self.none_found else DOCUMENTS
 
     @property
@@ -68,7 +72,9 @@ class TurnPassages:
 
 def user_content(question: str, turn: TurnPassages) -> str:
     """The new question as the model reads it, with the passages it introduces."""
-    return prompt.user_content(question, turn.introduced, none_found=turn.none_found)
+    return prompt.user_content(
+        question, turn.introduced, none_found=turn.none_found, general=turn.general
+    )
 
 
 def declines(*, tenant: Tenant) -> bool:
@@ -101,6 +107,8 @@ def turn_passages(
     closest they come, without the model."""
     if not services.searchable(tenant=tenant, session_id=session_id):
         return None
+    if requests.is_task(question):
+        return TurnPassages(general=True)
     asked = followups.standalone(question, earlier_questions)
     found = retrieval.retrieve(
         tenant_id=tenant.pk,
@@ -252,7 +260,9 @@ def render_history(
             )
             for p in given
         ]
-        out[message_id] = prompt.user_content(content, texts, none_found=grounding == NONE_FOUND)
+        out[message_id] = prompt.user_content(
+            content, texts, none_found=grounding == NONE_FOUND, general=grounding == GENERAL
+        )
     return out
 
 

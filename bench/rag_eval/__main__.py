@@ -304,6 +304,7 @@ def ask_all(
     model: str | None,
     *,
     yesno: bool = False,
+    replay: dict[str, dict[str, Any]] | None = None,
 ) -> list[Result]:
     """Every question as a chat turn; answered by `model` (None: retrieval only) and checked as
     the product checks replies."""
@@ -317,7 +318,7 @@ def ask_all(
     from knowledge.prompt import cited_numbers
     from tenants.models import Membership
 
-    answerer = Answerer(model) if model else None
+    answerer = Answerer(model) if model and replay is None else None
     by_id = {q["id"]: q for q in questions}
     results: dict[str, Result] = {}
     sessions: dict[str, Any] = {}
@@ -389,7 +390,14 @@ def ask_all(
                 if plan.canned_answer is not None:
                     canned[q["id"]] = plan.canned_answer
                     result.declined_before = bool(plan.passages and plan.passages.answer)
-            if answerer is not None:
+            if replay is not None:
+                # Replies of an earlier run (the same prompts): the checks tuned in seconds.
+                replies = {k: replay[k]["reply"] for k in turns if k not in canned} | canned
+                for key in turns:
+                    if replay[key].get("model_yes") is not None:
+                        results[key].model_yes = replay[key]["model_yes"]
+                        results[key].signals["model_yes"] = replay[key]["model_yes"]
+            elif answerer is not None:
                 asked = {k: t.conversation for k, t in turns.items() if k not in canned}
                 replies = {**answerer.answer_all(asked), **canned}
                 if yesno:
@@ -662,6 +670,13 @@ def main() -> None:
         "--fit", action="store_true", help="fit the answerability fusion on the tuning half"
     )
     parser.add_argument("--only", default="", help="ids of questions to ask (comma-separated)")
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        default=None,
+        help="take the replies (and yes/no) from an earlier run's details, not from the model: "
+        "valid while retrieval and the prompts are unchanged",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/rag_eval.json"))
     args = parser.parse_args()
     if args.embedder:
@@ -705,7 +720,11 @@ def main() -> None:
             name = model or "retrieval only"
             print(f"asking {len(questions)} questions with {name}", file=sys.stderr)
             started = time.perf_counter()
-            results = ask_all(questions, indexed["tenants"], model, yesno=args.yesno)
+            replay = None
+            if args.replay is not None:
+                earlier = json.loads(args.replay.read_text())["runs"]
+                replay = {r["id"]: r for r in earlier.get(name) or next(iter(earlier.values()))}
+            results = ask_all(questions, indexed["tenants"], model, yesno=args.yesno, replay=replay)
             print(f"  {time.perf_counter() - started:.0f} s", file=sys.stderr)
             for split in ("tune", "held_out"):
                 part = [r for r in results if r.split == split]

@@ -227,6 +227,106 @@ def test_citation_markers_open_their_passage(browsing: Browsing) -> None:
     assert note.inner_text().startswith("Not from the company’s documents")
 
 
+QUOTE = "Hotel nights are reimbursed up to EUR 180 in Paris and EUR 140 elsewhere."
+WARNING = (
+    "\n\n*Not in the documents: 95. No passage found for this question says this; check it "
+    "before relying on it.*"
+)
+
+
+def test_the_sentence_a_reply_rests_on_is_shown_and_highlighted_and_a_warning_stands_out(
+    browsing: Browsing,
+) -> None:
+    """A scripted reply resting on a quoted sentence of the handbook, then one the support
+    check warned about: the quote stands under the reply, opens the passage with the sentence
+    highlighted, and the warning is a note of its own, not part of the answer's text."""
+    b, page = browsing, browsing.page
+    seed = b.live.seed
+    source = {
+        "number": 1,
+        "title": HANDBOOK,
+        "where": "Travel",
+        "passage_id": seed["handbook_travel_passage"],
+        "document_id": "doc-" + seed["handbook_document"].replace("-", ""),
+        "snippet": "Hotel nights are reimbursed up to EUR 180 in Paris…",
+        "cited": False,
+        "quotes": [],
+    }
+    # Offsets that do not match (as after the passage changed): the page finds the sentence.
+    quoted = {**source, "cited": True, "quotes": [{"text": QUOTE, "start": 0, "end": 3}]}
+    turns = [
+        ("A hotel night in Paris is reimbursed up to EUR 180. [1]", "supported", [quoted], []),
+        ("A hotel night in Oslo is reimbursed up to EUR 95." + WARNING, "unsupported", [source],
+         ["95"]),
+    ]  # fmt: skip
+
+    def scripted_server(ws: Any) -> None:
+        count = iter(range(len(turns)))
+
+        def on_message(message: str | bytes) -> None:
+            frame = json.loads(message)
+            if frame["type"] != "chat.send":
+                return
+            turn = next(count)
+            said, verdict, sources, unsupported = turns[turn]
+            reply = _message(21 + 2 * turn, "assistant", sources=[source])
+            ws.send(
+                json.dumps(
+                    {
+                        "type": "reply.start",
+                        "session": {"id": "5a1e5a1e-0000-4000-8000-000000000003", "title": "H"},
+                        "session_created": turn == 0,
+                        "user_message": _message(
+                            20 + 2 * turn, "user", frame["content"], grounding="documents"
+                        ),
+                        "reply": reply,
+                    }
+                )
+            )
+            ws.send(
+                json.dumps({"type": "delta", "reply_id": reply["id"], "offset": 0, "text": said})
+            )
+            done = _message(
+                reply["id"], "assistant", said, status="complete", sources=sources,
+                verdict=verdict, unsupported=unsupported,
+            )  # fmt: skip
+            ws.send(json.dumps({"type": "reply.done", "reply": done}))
+
+        ws.on_message(on_message)
+
+    page.route_web_socket(re.compile(r".*/ws/chat/$"), scripted_server)
+    b.login("erin")
+    send(b, "How much is a hotel night in Paris?")
+    reply = page.locator('#messages .msg-assistant[data-id="21"]:not(.streaming)')
+    reply.wait_for()
+    quote = reply.locator(".source.cited .source-quote")
+    assert quote.inner_text() == QUOTE
+    assert quote.is_visible()  # without opening anything
+    assert reply.locator(".msg-warning").is_hidden()
+    quote.click()
+    mark = page.locator("#passage-text mark.quote")
+    mark.wait_for()
+    assert mark.inner_text() == QUOTE
+    assert page.locator("#passage-text").inner_text().count(QUOTE) == 1
+    page.screenshot(path=str(ARTIFACTS / "trust-quote-highlighted.png"))
+    page.click("#passage-close")
+
+    send(b, "And in Oslo?")
+    warned = page.locator('#messages .msg-assistant[data-id="23"]:not(.streaming)')
+    warned.wait_for()
+    warning = warned.locator(".msg-warning")
+    assert warning.is_visible()
+    assert warning.inner_text().startswith("Not in the documents: 95.")
+    assert warning.get_attribute("role") == "note"
+    # The answer's own text stands without the note, and nothing is cited for it.
+    assert warned.locator(".md").inner_text().strip() == (
+        "A hotel night in Oslo is reimbursed up to EUR 95."
+    )
+    assert warned.locator(".source.cited").count() == 0
+    page.screenshot(path=str(ARTIFACTS / "trust-warning.png"))
+    assert_accessible(b)
+
+
 def test_an_employee_attaches_files_and_asks_about_them(browsing: Browsing) -> None:
     b, page = browsing, browsing.page
     b.login("bob")

@@ -57,3 +57,24 @@ def test_the_fused_probability_grows_with_every_signal():
     assert answerability.probability(sure, weights) > answerability.probability(
         Signals(model_yes=0.1), weights
     )
+
+
+def test_writing_and_general_tasks_do_not_ask_the_documents():
+    from knowledge.requests import is_task
+
+    for task in (
+        "Draft an email to my team announcing Friday's offsite",
+        'Can you translate "good morning" into Chinese?',
+        "Please summarise the benefits of unit tests in three bullet points",
+        "Write a polite reminder to submit expense reports",
+        "帮我写一封邮件，通知大家周五团建",
+    ):
+        assert is_task(task), task
+    for question in (
+        "What is the hotel cap per night in Paris?",
+        "How do I write an expense report?",
+        "Summarise the leave policy",  # names the documents' rules
+        "Write a reminder based on the travel policy",
+        "总结一下年假规定",
+    ):
+        assert not is_task(question), question

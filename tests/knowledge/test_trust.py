@@ -196,3 +196,26 @@ async def test_the_share_and_the_markdown_export_carry_the_quotes(
     (source,) = [s for s in reply["sources"] if s["cited"]]
     assert source["quotes"] == ["In Paris and London the hotel cap per night is EUR 220."]
     assert "  > In Paris and London the hotel cap per night is EUR 220." in markdown
+
+
+async def test_a_writing_task_is_answered_without_passages_or_checks(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    seen: list[str] = []
+
+    def reply_for(prompt: str) -> str:
+        seen.append(prompt)
+        return "Hi team, our offsite is on Friday at 10:00."
+
+    use_engine(FakeRunner(max_seq_tokens=4096, reply_for=reply_for))
+    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    socket = await connected_as(member)
+    frames = await ask(socket, "Draft an email to my team announcing Friday's offsite")
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["content"] == "Hi team, our offsite is on Friday at 10:00."
+    assert done["sources"] == []
+    assert done["verdict"] == ""
+    assert "<passages>" not in seen[0]
+    start = of(frames, "reply.start")[0]
+    assert start["user_message"]["grounding"] == "general"
+    await socket.disconnect()
