@@ -324,7 +324,11 @@ def assign_splits(questions: list[dict[str, Any]]) -> int:
         keys = Counter(key for x in unit for key in strata(x))
         given = {x["split"] for x in unit if "split" in x}
         if given:
-            fixed = 1 if given.pop() == "tune" else -1
+            # A new follow-up joins its conversation's half (two halves: validation says so).
+            split = min(given)
+            for x in unit:
+                x.setdefault("split", split)
+            fixed = 1 if split == "tune" else -1
             difference.update({k: fixed * n for k, n in keys.items()})
         else:
             units.append((unit, keys))
