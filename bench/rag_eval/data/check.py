@@ -10,17 +10,18 @@ from. The checks, in README.md's words:
 - every line is one JSON object, ids are unique, fields have their types;
 - a follow-up's parent exists, comes before it, is a first question (no chains: the bench asks
   all first questions, then all follow-ups), is asked by the same tenant and is in the same half;
-- an answerable question's `evidence` is verbatim in one block of its source's extracted text,
-  under its `section` (for the PDF: on that page), and its first expected fact is in the evidence
-  after the bench's normalisation (the other facts are variants: other units, languages, forms);
+- an answerable question's `evidence` is verbatim in one sentence (as knowledge.chunking cuts
+  them) of one block of its source's extracted text, under its `section` (for the PDF: on that
+  page), and its first expected fact is in the evidence after the bench's normalisation (the
+  other facts are variants: other units, languages, forms);
 - an unanswerable question's `distractor` (the neighbouring passage a model borrows from) is
   verbatim in its `distractor_source`;
 - the tags agree with the fields (`follow-up`, `unanswerable`, `cross-language`, `task`, `leak`);
 - leak terms occur in no acme document and in no question;
 - the halves are balanced in every stratum (printed as a table).
 
-A section that the parser files under another heading is a warning, not an error: the data are
-right, the citation the product shows would be wrong (see the report it prints).
+A section that the parser is known to file under another heading (MISFILED) is a warning, not
+an error: the data are right, the citation the product shows would be wrong.
 """
 
 from __future__ import annotations
