@@ -82,6 +82,44 @@ META = frozenset(
         "抱歉",
     ]
 )
+# How a reply says the documents do not answer (the model itself, or qassist's own texts).
+DECLINES = (
+    "do not cover",
+    "don't cover",
+    "does not cover",
+    "doesn't cover",
+    "not covered",
+    "no passage",
+    "not mention",
+    "does not say",
+    "do not say",
+    "don't say",
+    "could not find",
+    "couldn't find",
+    "cannot find",
+    "can't find",
+    "no information",
+    "not in the documents",
+    "not found",
+    "没有涉及",
+    "未涉及",
+    "没有提到",
+    "未提及",
+    "没有找到",
+    "未找到",
+    "没有相关",
+    "无法找到",
+    "文档中没有",
+    "没有说明",
+)
+
+
+def declines(reply: str) -> bool:
+    """Whether the reply says that the documents do not answer."""
+    low = reply.lower()
+    return any(phrase in low for phrase in DECLINES)
+
+
 NOT_FOUND_NOTE = (
     "\n\n*Not found in the documents: none of the passages found for this question says this; "
     "check it before relying on it.*"

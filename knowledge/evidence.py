@@ -27,10 +27,9 @@ no model.
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from knowledge.segment import STOPWORDS, words
@@ -173,32 +172,44 @@ def figures(text: str) -> list[tuple[str, str]]:
     return [(key, written) for key, written in out if key]
 
 
-def names(text: str) -> list[tuple[str, str]]:
-    """(key, as written) for each identifier or name of `text`."""
+def _identifier(token: str) -> bool:
+    """vpn.nwrobotics.example, it-help@…, NWR-Guest, FortiClient, CFO: not sign-in, one-line."""
+    if any(c in token for c in ".@_") or any(c.isdigit() for c in token):
+        return True
+    return sum(c.isupper() for c in token) >= 2
+
+
+def names(text: str, is_common: Callable[[str], bool] | None = None) -> list[tuple[str, str]]:
+    """(key, as written) for each identifier or name of `text`; a capitalised word that is an
+    everyday word (`is_common`: Policy, Travel, Finance) is not a name."""
     found: dict[str, str] = {}
     for match in _IDENTIFIER.finditer(text):
         token = match.group(0)
-        if not any(c.isalpha() for c in token) or token in COMMON_NAMES:
+        if not any(c.isalpha() for c in token) or token in COMMON_NAMES or not _identifier(token):
             continue
         found.setdefault(token.lower(), token)
     for match in _CAPITALISED.finditer(text):
         token = match.group(0)
-        if token not in COMMON_NAMES:
-            found.setdefault(token.lower(), token)
+        if token in COMMON_NAMES or (is_common is not None and is_common(token.lower())):
+            continue
+        found.setdefault(token.lower(), token)
     return list(found.items())
 
 
-def claims(reply: str, question: str) -> list[Claim]:
+def claims(
+    reply: str, question: str, is_common: Callable[[str], bool] | None = None
+) -> list[Claim]:
     """What the reply states that its question does not: its figures, identifiers and names, in
-    the order written (citation marks and list numbering aside)."""
+    the order written (citation marks and list numbering aside; "一", one, is too common in
+    Chinese phrasing — 一次, 一个 — to be a claim)."""
     reply = _LIST_MARK.sub(" ", _CITATION_MARK.sub(" ", reply))
     asked_figures = {key for key, _ in figures(question)}
     asked_words = set(words(question))
     out: dict[str, Claim] = {}
     for key, written in figures(reply):
-        if key not in asked_figures:
+        if key not in asked_figures and written != "一":
             out.setdefault(key, Claim(key, written, FIGURE))
-    for key, written in names(reply):
+    for key, written in names(reply, is_common):
         parts = set(words(written))
         if key in asked_words or (parts and parts <= asked_words):
             continue
@@ -276,34 +287,60 @@ def subject_terms(question: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Subject:
-    """The question's subject: its terms, each weighted by how rare it is in the tenant's
-    documents (a term they never use weighs most: gym, funeral)."""
+    """The question's subject: its terms, each weighted by how much it says (a rare word —
+    gym, funeral, Hamburg — says more than a common one)."""
 
     terms: Mapping[str, float]
+    # The terms a sentence must speak of when they weigh enough (`strong`): the question's own
+    # nouns and names, not the words a follow-up took from its predecessor nor verbs and
+    # measure words ("how soon", "最晚", "上报"), which a passage words differently.
+    core: frozenset[str] | None = None
 
     @property
     def total(self) -> float:
         return sum(self.terms.values())
 
-    def covered(self, text_words: Iterable[str]) -> float:
-        """The share of the subject's weight whose terms occur in `text_words`."""
-        if not self.terms:
+    def covered_by(self, present: Collection[str]) -> float:
+        """The share of the subject's weight whose terms are in `present`."""
+        if not self.terms or not self.total:
             return 0.0
-        present = {_stem(w) for w in text_words}
-        weight = sum(w for t, w in self.terms.items() if _stem(t) in present)
-        return weight / self.total
+        return sum(w for t, w in self.terms.items() if t in present) / self.total
 
-    def missing(self, text_words: Iterable[str]) -> list[str]:
-        present = {_stem(w) for w in text_words}
-        return [t for t in self.terms if _stem(t) not in present]
+    def strongest(self) -> str | None:
+        return max(self.terms, key=lambda t: self.terms[t]) if self.terms else None
+
+    def strong(self, share: float) -> set[str]:
+        """The terms that weigh at least `share` of the strongest one: what a sentence must
+        speak of to be about the question (Hamburg in "the Wi-Fi range at our Hamburg office")."""
+        eligible = {t: w for t, w in self.terms.items() if self.core is None or t in self.core}
+        if not eligible:
+            return set()
+        top = max(eligible.values())
+        return {t for t, w in eligible.items() if w >= share * top}
 
 
-def subject(question: str, frequencies: Mapping[str, int], total: int) -> Subject:
-    """The question's subject, each term weighted by its inverse document frequency among the
-    tenant's `total` passages (`frequencies`: in how many a term occurs)."""
+def subject(question: str, weight: Callable[[str], float] | None = None) -> Subject:
+    """The question's subject, each term weighted by `weight` (1 each by default)."""
     terms = subject_terms(question)
-    n = max(total, 1)
-    return Subject({t: math.log((n + 1) / (frequencies.get(t, 0) + 0.5)) for t in terms})
+    return Subject({t: (weight(t) if weight is not None else 1.0) for t in terms})
+
+
+# Which of the subject's terms each sentence (with its heading) holds.
+Presence = Callable[[Sequence[Sentence]], list[set[str]]]
+
+
+def lexical_presence(subject_: Subject) -> Presence:
+    """A term is present where the sentence or its heading uses the word (plural and -ly or
+    -ing endings aside)."""
+
+    def present(sentences_: Sequence[Sentence]) -> list[set[str]]:
+        out = []
+        for sentence in sentences_:
+            held = {_stem(w) for w in words(sentence.context) + words(sentence.text)}
+            out.append({t for t in subject_.terms if _stem(t) in held})
+        return out
+
+    return present
 
 
 # --- the check ------------------------------------------------------------------------------
@@ -315,8 +352,10 @@ NOTHING_TO_CHECK = "nothing"  # the reply states no figure or name (a decline, "
 # A sentence is about what was asked when it (with its heading) holds this share of the
 # subject's weight, or when the embedder finds it this close to the question (across
 # languages). Tuned on bench/rag_eval's tuning half (docs/BENCHMARKS.md).
-ABOUT_COVERAGE = 0.34
+ABOUT_COVERAGE = 0.3
 ABOUT_SIMILARITY = 0.45
+# ...and speaks of every term of the subject that weighs at least this share of the strongest.
+STRONG_SHARE = 0.5
 
 
 Similarity = Callable[[Sequence[Sentence]], Sequence[float]]
@@ -326,6 +365,7 @@ Similarity = Callable[[Sequence[Sentence]], Sequence[float]]
 class Thresholds:
     coverage: float = ABOUT_COVERAGE
     similarity: float = ABOUT_SIMILARITY
+    strong_share: float = STRONG_SHARE
 
 
 @dataclass
@@ -339,6 +379,8 @@ class Check:
     quotes: dict[int, list[Sentence]] = field(default_factory=dict)
     # The sentence closest to what was asked, whatever the reply said: "the closest they come".
     closest: Sentence | None = None
+    # The question's strong terms that no passage speaks of (a gym, a funeral, Hamburg).
+    absent: list[str] = field(default_factory=list)
 
     @property
     def cited(self) -> list[int]:
@@ -349,14 +391,24 @@ def aboutness(
     sentences_: Sequence[Sentence],
     subject_: Subject,
     similarity: Similarity | None,
+    presence: Presence | None = None,
 ) -> list[tuple[float, float]]:
     """(subject coverage, embedder similarity) of each sentence, its heading counted in."""
+    present = (presence or lexical_presence(subject_))(sentences_) if sentences_ else []
+    return _scores(sentences_, subject_, similarity, present)
+
+
+def _scores(
+    sentences_: Sequence[Sentence],
+    subject_: Subject,
+    similarity: Similarity | None,
+    present: Sequence[set[str]],
+) -> list[tuple[float, float]]:
     sims = list(similarity(sentences_)) if similarity is not None and sentences_ else []
-    out = []
-    for i, sentence in enumerate(sentences_):
-        cover = subject_.covered(words(sentence.context) + words(sentence.text))
-        out.append((cover, sims[i] if i < len(sims) else 0.0))
-    return out
+    return [
+        (subject_.covered_by(present[i]), sims[i] if i < len(sims) else 0.0)
+        for i in range(len(sentences_))
+    ]
 
 
 def is_about(score: tuple[float, float], thresholds: Thresholds) -> bool:
@@ -371,23 +423,36 @@ def check(
     subject_: Subject,
     *,
     similarity: Similarity | None = None,
+    presence: Presence | None = None,
     thresholds: Thresholds | None = None,
+    is_common: Callable[[str], bool] | None = None,
 ) -> Check:
     """Check `reply` to `question` against `passages` (number -> (text, context)): which claims
     a sentence about the question holds, which none does, and what to quote."""
     thresholds = thresholds or Thresholds()
     all_sentences = [s for n, (t, c) in sorted(passages.items()) for s in sentences(n, t, c)]
-    scores = aboutness(all_sentences, subject_, similarity)
-    about = [is_about(s, thresholds) for s in scores]
+    present = (presence or lexical_presence(subject_))(all_sentences) if all_sentences else []
+    scores = _scores(all_sentences, subject_, similarity, present)
+    strong = subject_.strong(thresholds.strong_share)
+    about = [is_about(score, thresholds) and strong <= present[i] for i, score in enumerate(scores)]
     closest = None
     if all_sentences:
         best = max(range(len(all_sentences)), key=lambda i: (scores[i][0] + scores[i][1], -i))
         closest = all_sentences[best]
-    found = claims(reply, question)
+    spoken = set().union(*present) if present else set()
+    absent = sorted(strong - spoken, key=lambda t: -subject_.terms[t])
+    # A name the passages' own titles and headings use (the company's, a policy's) is where the
+    # reply read it, not a claim to check.
+    titles = {w for s in all_sentences for w in words(s.context)}
+    found = [
+        c
+        for c in claims(reply, question, is_common)
+        if c.kind != NAME or not set(words(c.text)) <= titles
+    ]
     if not found:
-        return Check(NOTHING_TO_CHECK, closest=closest)
+        return Check(NOTHING_TO_CHECK, closest=closest, absent=absent)
     keys = [sentence_keys(s) for s in all_sentences]
-    result = Check(SUPPORTED, closest=closest)
+    result = Check(SUPPORTED, closest=closest, absent=absent)
     chosen: dict[int, Sentence] = {}
     for claim in found:
         holding = [i for i, s in enumerate(all_sentences) if holds(s, claim, keys[i])]

@@ -49,15 +49,21 @@ def is_follow_up(question: str) -> bool:
     return len(subject_terms(question)) <= SHORT and len(own) <= 8
 
 
+def inherited(question: str, earlier: Sequence[str]) -> list[str]:
+    """The subject words a follow-up takes from the question before it (made standalone the
+    same way) and does not have itself; none for a question that stands on its own."""
+    earlier = [q for q in earlier if q.strip()]
+    if not earlier or not is_follow_up(question):
+        return []
+    previous = standalone(earlier[-1], earlier[:-1])
+    own = set(words(question))
+    return [t for t in subject_terms(previous) if t not in own]
+
+
 def standalone(question: str, earlier: Sequence[str]) -> str:
     """`question` as it reads on its own: with the subject words of the question before it
     (made standalone the same way) that it lacks, when it is a follow-up; else unchanged."""
-    earlier = [q for q in earlier if q.strip()]
-    if not earlier or not is_follow_up(question):
-        return question
-    previous = standalone(earlier[-1], earlier[:-1])
-    own = set(words(question))
-    added = [t for t in subject_terms(previous) if t not in own]
+    added = inherited(question, earlier)
     if not added:
         return question
     sep = "，" if any("\u4e00" <= c <= "\u9fff" for c in question) else ", "

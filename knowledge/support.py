@@ -17,9 +17,10 @@ What comes out is stored with the reply (`Message.evidence`) and drives what the
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,11 @@ WARNING = (
     "it before relying on it.*"
 )
 WARNING_ZH = "\n\n*文档中没有依据：{claims}。为这个问题找到的段落都没有这样说，请核实后再使用。*"
+ABSENT = (
+    "\n\n*Not in the documents: nothing found for this question is about {terms}; check it "
+    "before relying on it.*"
+)
+ABSENT_ZH = "\n\n*文档中没有依据：为这个问题找到的段落都没有涉及“{terms}”，请核实后再使用。*"
 REPLACED = "The documents don't say this. The closest they come is: “{quote}” [{number}]"
 REPLACED_ZH = "文档中没有这方面的说明。最接近的是：“{quote}” [{number}]"
 NOT_COVERED = "The documents don't cover this. The closest they come is: “{quote}” [{number}]"
@@ -51,30 +57,32 @@ def chinese(text: str) -> bool:
 # --- sentences and their vectors ------------------------------------------------------------
 
 _VECTORS_KEPT = 4096  # sentences' vectors kept per process (a few MB), least recently used out
-_vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+_vectors: OrderedDict[tuple[str, bool, str], np.ndarray] = OrderedDict()
 _vectors_lock = threading.Lock()
 
 
-def _embed_sentences(texts: Sequence[str]) -> np.ndarray:
+def _embed_cached(texts: Sequence[str], *, keep: int, query: bool) -> np.ndarray:
     """The embedder's vectors of `texts`, from this process's cache when it holds them."""
     embedder = get_embedder()
-    missing = []
     with _vectors_lock:
-        for text in texts:
-            if (embedder.name, text) not in _vectors:
-                missing.append(text)
-    fresh = embedder.embed_passages(list(dict.fromkeys(missing))) if missing else None
+        missing = list(dict.fromkeys(t for t in texts if (embedder.name, query, t) not in _vectors))
+    if missing:
+        fresh = embedder.embed_queries(missing) if query else embedder.embed_passages(missing)
     with _vectors_lock:
-        if fresh is not None:
-            for text, vector in zip(dict.fromkeys(missing), fresh, strict=True):
-                _vectors[(embedder.name, text)] = vector
+        if missing:
+            for text, vector in zip(missing, fresh, strict=True):
+                _vectors[(embedder.name, query, text)] = vector
         rows = []
         for text in texts:
-            _vectors.move_to_end((embedder.name, text))
-            rows.append(_vectors[(embedder.name, text)])
-        while len(_vectors) > _VECTORS_KEPT:
+            _vectors.move_to_end((embedder.name, query, text))
+            rows.append(_vectors[(embedder.name, query, text)])
+        while len(_vectors) > max(keep, _VECTORS_KEPT):
             _vectors.popitem(last=False)
     return np.vstack(rows) if rows else np.zeros((0, 1), dtype=np.float32)
+
+
+def _embed_sentences(texts: Sequence[str]) -> np.ndarray:
+    return _embed_cached(texts, keep=_VECTORS_KEPT, query=False)
 
 
 def similarity_to(question: str) -> evidence.Similarity:
@@ -91,12 +99,104 @@ def similarity_to(question: str) -> evidence.Similarity:
     return measure
 
 
-def subject_of(*, tenant_id: int, session_id: object, question: str) -> evidence.Subject:
+# A word that common in everyday language (wordfreq's Zipf scale: "soon" 5.3, "如果" 6.0) says
+# nothing about what a question asks; rarer ones say more ("motorbike" 3.2, "慰问金" 2.9).
+COMMON_ZIPF = 6.0
+# Two words this close by the embedder are the same term across languages or spellings
+# (Shanghai/上海 0.92, password/密码 0.88, gym/健身房 0.77; Eindhoven/Munich 0.43,
+# London/Paris 0.54, hostname/gateway 0.30: measured with USE multilingual v3).
+TERM_SIMILARITY = 0.7
+
+
+def informativeness(term: str) -> float:
+    """How much a question's word says about what it asks: rare words most."""
+    from wordfreq import zipf_frequency
+
+    language = "zh" if any(is_cjk(c) for c in term) else "en"
+    return max(0.25, COMMON_ZIPF - zipf_frequency(term, language))
+
+
+def common_word(word: str) -> bool:
+    """An everyday word ("policy", "travel"): capitalised in a reply, it names nothing."""
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word, "en") >= 4.0
+
+
+def subject_of(
+    *, tenant_id: int, session_id: object, question: str, inherited: Collection[str] = ()
+) -> evidence.Subject:
+    """The question's subject: each term weighted by how much it says in everyday language and
+    how few of the tenant's passages use it (the company's own name, in every title, says
+    little); terms a follow-up took from the question before it count half."""
     terms = evidence.subject_terms(question)
     counts, total = index.document_frequencies(
         tenant_id=tenant_id, session_id=session_id, words=terms
     )
-    return evidence.subject(question, counts, total)
+    spread = math.log(total + 1) or 1.0
+    weights = {}
+    for term in terms:
+        rarity = math.log((total + 1) / (counts.get(term, 0) + 0.5)) / spread
+        weight = informativeness(term) * min(1.0, max(0.05, rarity))
+        weights[term] = weight * (0.5 if term in inherited else 1.0)
+    nouns = _chinese_nouns(question)
+    core = frozenset(
+        t
+        for t in terms
+        if t not in inherited
+        and (not any(is_cjk(c) for c in t) or any(t in noun for noun in nouns))
+    )
+    return evidence.Subject(weights, core)
+
+
+def _chinese_nouns(question: str) -> list[str]:
+    """The nouns and names jieba tags in a question (年金, 门禁卡, 安卓), read in context."""
+    if not any(is_cjk(c) for c in question):
+        return []
+    import jieba.posseg
+
+    return [
+        pair.word
+        for pair in jieba.posseg.cut(question)
+        if pair.flag.startswith("n") or pair.flag in ("vn", "eng")
+    ]
+
+
+_words_kept = 50_000  # words' vectors kept per process (about 100 MB), least recently used out
+
+
+def _embed_words(texts: Sequence[str]) -> np.ndarray:
+    return _embed_cached(texts, keep=_words_kept, query=False)
+
+
+def presence(subject: evidence.Subject) -> evidence.Presence:
+    """Which subject terms each sentence (with its heading) holds: the word itself, or a word
+    the embedder finds the same term (across languages: a Chinese question's 密码 is an English
+    sentence's password)."""
+    lexical = evidence.lexical_presence(subject)
+
+    def present(sentences: Sequence[evidence.Sentence]) -> list[set[str]]:
+        found = lexical(sentences)
+        terms = list(subject.terms)
+        if not terms or not sentences:
+            return found
+        per_sentence = [
+            {w for w in words(f"{s.context} {s.text}") if len(w) > 1 and not w.isdigit()}
+            for s in sentences
+        ]
+        vocabulary = sorted(set().union(*per_sentence))
+        if not vocabulary:
+            return found
+        index = {w: i for i, w in enumerate(vocabulary)}
+        close = (_embed_words(terms) @ _embed_words(vocabulary).T) >= TERM_SIMILARITY
+        for i, held in enumerate(per_sentence):
+            columns = [index[w] for w in held]
+            for j, term in enumerate(terms):
+                if term not in found[i] and close[j, columns].any():
+                    found[i].add(term)
+        return found
+
+    return present
 
 
 def chunk_context(chunk: Chunk) -> str:
@@ -120,14 +220,19 @@ def question_signals(
     question: str,
     passages: Mapping[int, tuple[str, str]],
     retrieval_similarity: float,
+    inherited: Collection[str] = (),
 ) -> tuple[answerability.Signals, evidence.Sentence | None]:
-    """The answerability signals of `question` (made standalone) against the passages it would
-    be given, and the sentence closest to it."""
-    subject = subject_of(tenant_id=tenant_id, session_id=session_id, question=question)
+    """The answerability signals of `question` (made standalone; `inherited`: the subject words
+    it took from the question before it) against the passages it would be given, and the
+    sentence closest to it."""
+    subject = subject_of(
+        tenant_id=tenant_id, session_id=session_id, question=question, inherited=inherited
+    )
     sentences = [s for n, (t, c) in sorted(passages.items()) for s in evidence.sentences(n, t, c)]
     similarities = similarity_to(question)(sentences)
-    found = answerability.signals(subject, sentences, similarities, retrieval_similarity)
-    scores = evidence.aboutness(sentences, subject, lambda _: similarities)
+    present = presence(subject)(sentences) if sentences else []
+    found = answerability.signals(subject, sentences, similarities, retrieval_similarity, present)
+    scores = evidence.aboutness(sentences, subject, lambda _: similarities, lambda _: present)
     closest = None
     if sentences:
         best = max(range(len(sentences)), key=lambda i: (scores[i][0] + scores[i][1], -i))
@@ -206,7 +311,15 @@ def evaluate(
     asked_in_chinese: bool,
 ) -> ReplyEvidence:
     """What a reply to `question` shows, given its conversation's passages."""
-    checked = evidence.check(reply, question, passages, subject, similarity=similarity)
+    checked = evidence.check(
+        reply,
+        question,
+        passages,
+        subject,
+        similarity=similarity,
+        presence=presence(subject),
+        is_common=common_word,
+    )
     record: dict[str, Any] = {
         "verdict": checked.verdict,
         "quotes": {
@@ -217,6 +330,15 @@ def evaluate(
     if checked.closest is not None:
         record["closest"] = {"number": checked.closest.number, **_quote_record(checked.closest)}
     own = cited_numbers(reply)
+    nothing = checked.verdict == evidence.NOTHING_TO_CHECK
+    if nothing and checked.absent and not citations.declines(reply):
+        # Nothing to look up, but what it asks about is in no passage: whatever the reply says
+        # of it (a CEO, a bonus month) does not come from the documents.
+        record["verdict"] = evidence.UNSUPPORTED
+        record["unsupported"] = checked.absent[:3]
+        template = ABSENT_ZH if asked_in_chinese else ABSENT
+        shown = ("、" if asked_in_chinese else ", ").join(checked.absent[:3])
+        return ReplyEvidence(suffix=template.format(terms=shown), record=record)
     if checked.verdict == evidence.NOTHING_TO_CHECK:
         texts = {n: text for n, (text, _) in passages.items()}
         suffix = citations.citation_suffix(reply, question, texts)
@@ -280,8 +402,14 @@ def reply_evidence(*, question_message_id: int, reply_text: str) -> ReplyEvidenc
     if not texts:
         return ReplyEvidence()
     session = question_message.session
-    question = followups.standalone(question_message.content, earlier_questions(question_message))
-    subject = subject_of(tenant_id=session.tenant_id, session_id=session.id, question=question)
+    earlier = earlier_questions(question_message)
+    question = followups.standalone(question_message.content, earlier)
+    subject = subject_of(
+        tenant_id=session.tenant_id,
+        session_id=session.id,
+        question=question,
+        inherited=followups.inherited(question_message.content, earlier),
+    )
     replace = services.mode(tenant=session.tenant) == KnowledgeBase.Mode.ONLY
     checked = evaluate(
         reply=reply_text,

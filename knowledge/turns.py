@@ -110,6 +110,7 @@ def turn_passages(
     if requests.is_task(question):
         return TurnPassages(general=True)
     asked = followups.standalone(question, earlier_questions)
+    inherited = followups.inherited(question, earlier_questions)
     found = retrieval.retrieve(
         tenant_id=tenant.pk,
         session_id=session_id,
@@ -120,7 +121,7 @@ def turn_passages(
     kept = [p for p in earlier_passages if p.chunk_id is not None]
     if not found.answerable and kept:
         # A follow-up that finds nothing new rests on what the conversation was given.
-        return _judged(tenant, session_id, asked, [], kept, found.best_similarity)
+        return _judged(tenant, session_id, asked, [], kept, found.best_similarity, inherited)
     if not found.answerable:
         declined = services.mode(tenant=tenant) == KnowledgeBase.Mode.ONLY
         return TurnPassages(none_found=True, decline=declined)
@@ -148,7 +149,7 @@ def turn_passages(
         number += 1
         drafts.append(PassageDraft(number, item.chunk, True, item.similarity))
     drafts.sort(key=lambda d: d.number)
-    return _judged(tenant, session_id, asked, drafts, kept, found.best_similarity)
+    return _judged(tenant, session_id, asked, drafts, kept, found.best_similarity, inherited)
 
 
 def _judged(
@@ -158,6 +159,7 @@ def _judged(
     drafts: list[PassageDraft],
     kept: Sequence[Passage],
     retrieval_similarity: float,
+    inherited: Sequence[str] = (),
 ) -> TurnPassages:
     """The turn's passages, with the answerability decision taken on them and on those the
     conversation holds already."""
@@ -171,6 +173,7 @@ def _judged(
         question=asked,
         passages=given,
         retrieval_similarity=retrieval_similarity,
+        inherited=inherited,
     )
     turn = TurnPassages(passages=drafts, signals=signals)
     if answerability.answers(signals) or closest is None:

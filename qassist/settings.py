@@ -336,6 +336,9 @@ QASSIST_KNOWLEDGE_PASSAGE_TOKENS = env_int("QASSIST_KNOWLEDGE_PASSAGE_TOKENS", 9
 # Below this similarity of the best passage (and without a strong word match), the documents
 # are taken not to answer the question (docs/knowledge.md says how it was calibrated).
 QASSIST_KNOWLEDGE_MIN_SCORE = env_float("QASSIST_KNOWLEDGE_MIN_SCORE", 0.15)
+# Decline before generation below this fused answerability probability (knowledge.answerability;
+# 0: never, the measured best on qwen2.5-coder-0.5b: docs/BENCHMARKS.md, "Trust").
+QASSIST_KNOWLEDGE_PRECHECK = env_float("QASSIST_KNOWLEDGE_PRECHECK", 0.0)
 
 # "auto": a separate worker when REDIS_URL is set, the in-process engine otherwise.
 QASSIST_ENGINE = env_str("QASSIST_ENGINE", "auto")

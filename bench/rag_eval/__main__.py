@@ -58,37 +58,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from knowledge.citations import declines as says_not_covered
+
 DATA = Path(__file__).resolve().parent / "data"
 DEFAULT_MODELS = "smollm2-135m,qwen2.5-coder-0.5b"
 PAGE_CHARS = 3000  # a "page" of a format without pages, for the indexing throughput
-DECLINES = (
-    "do not cover",
-    "don't cover",
-    "does not cover",
-    "doesn't cover",
-    "not covered",
-    "no passage",
-    "not mention",
-    "does not say",
-    "do not say",
-    "could not find",
-    "couldn't find",
-    "cannot find",
-    "can't find",
-    "no information",
-    "not in the documents",
-    "not found",
-    "没有涉及",
-    "未涉及",
-    "没有提到",
-    "未提及",
-    "没有找到",
-    "未找到",
-    "没有相关",
-    "无法找到",
-    "文档中没有",
-    "没有说明",
-)
 
 
 def setup_django(var: Path) -> None:
@@ -120,11 +94,6 @@ def normalise(text: str) -> str:
 def has_fact(reply: str, expected: list[str]) -> bool:
     flat = normalise(reply)
     return any(normalise(fact) in flat for fact in expected)
-
-
-def says_not_covered(reply: str) -> bool:
-    low = reply.lower()
-    return any(phrase in low for phrase in DECLINES)
 
 
 @dataclass
@@ -214,27 +183,40 @@ class Answerer:
         # cache and parking), but every question is answered however long it waits.
         settings.QASSIST_MAX_WAIT_SECONDS = None
         settings.QASSIST_MAX_QUEUE = 256
+        # Throughput, not interactivity: no speed floor holding prompts to small chunks beside
+        # the streams, every prompt of a wave admitted at once (answers are the same: greedy).
+        settings.QASSIST_MIN_STREAM_SPEED = 0
+        settings.QASSIST_PREFILL_BACKLOG = 1_000_000
         self.engine = build_engine()
         self.runner = self.engine.runner
+
+    # Questions asked at once: answers are the same whatever the number (greedy), but sixteen
+    # long prompts in the pool at once cost each prompt token three to four times what a
+    # few do (docs/BENCHMARKS.md, "Prompts beside fast streams"): waves keep the run short.
+    wave = 4
 
     def answer_all(self, conversations: dict[str, list[Any]]) -> dict[str, str]:
         from inference.types import Delta, Done, Failed, SamplingParams
 
         params = SamplingParams(max_tokens=200, temperature=0.0)
         replies: dict[str, list[str]] = {key: [] for key in conversations}
-        for key, conversation in conversations.items():
-            for event in self.engine.add_request(key, conversation, params, tenant="eval"):
-                if isinstance(event, Failed):
-                    raise SystemExit(f"{key}: {event.message}")
-        open_requests = set(conversations)
-        while open_requests:
-            for event in self.engine.step():
-                if isinstance(event, Delta):
-                    replies[event.request_id].append(event.text)
-                elif isinstance(event, Done):
-                    open_requests.discard(event.request_id)
-                elif isinstance(event, Failed):
-                    raise SystemExit(f"{event.request_id}: {event.message}")
+        keys = list(conversations)
+        for start in range(0, len(keys), self.wave):
+            wave = keys[start : start + self.wave]
+            for key in wave:
+                events = self.engine.add_request(key, conversations[key], params, tenant="eval")
+                for event in events:
+                    if isinstance(event, Failed):
+                        raise SystemExit(f"{key}: {event.message}")
+            open_requests = set(wave)
+            while open_requests:
+                for event in self.engine.step():
+                    if isinstance(event, Delta):
+                        replies[event.request_id].append(event.text)
+                    elif isinstance(event, Done):
+                        open_requests.discard(event.request_id)
+                    elif isinstance(event, Failed):
+                        raise SystemExit(f"{event.request_id}: {event.message}")
         return {key: "".join(parts) for key, parts in replies.items()}
 
     def first_token_logprobs(
@@ -342,7 +324,11 @@ def ask_all(
 
     support.question_signals = timed_signals
     try:
-        for level in levels:
+        for depth_, level in enumerate(levels):
+            print(
+                f"  level {depth_}: {len(level)} questions ({time.strftime('%H:%M:%S')})",
+                file=sys.stderr,
+            )
             turns: dict[str, Any] = {}
             canned: dict[str, str] = {}
             for q in level:
@@ -557,7 +543,7 @@ def summary(results: list[Result], *, answered: bool) -> dict[str, str]:
         )
         row["answerable declined or warned"] = share([r.declined or r.warned for r in answerable])
         row["correct with a quote holding the fact"] = share(
-            [r.quote_holds_fact for r in answerable if r.correct]
+            [r.quote_holds_fact for r in answerable if r.correct and not r.warned]
         )
         row["cited figures no quote holds"] = str(sum(bool(r.unquoted_figures) for r in results))
         row["tasks grounded"] = share([r.grounding == "documents" for r in tasks])
@@ -667,9 +653,13 @@ def main() -> None:
     )
     parser.add_argument("--yesno", action="store_true", help="ask the model's yes/no too")
     parser.add_argument(
+        "--precheck", type=float, default=None, help="QASSIST_KNOWLEDGE_PRECHECK for this run"
+    )
+    parser.add_argument(
         "--fit", action="store_true", help="fit the answerability fusion on the tuning half"
     )
     parser.add_argument("--only", default="", help="ids of questions to ask (comma-separated)")
+    parser.add_argument("--split", default="", help="only this half: tune or held_out")
     parser.add_argument(
         "--replay",
         type=Path,
@@ -691,8 +681,12 @@ def main() -> None:
             settings.QASSIST_KNOWLEDGE_MIN_SCORE = args.min_score
         if args.no_precheck:
             answerability.THRESHOLD = 0.0
+        elif args.precheck is not None:
+            answerability.THRESHOLD = args.precheck
         indexed = index_corpus()
         questions = load_questions()
+        if args.split:
+            questions = [q for q in questions if q.get("split", "tune") == args.split]
         if args.only:
             wanted = set(args.only.split(","))
             by_id = {q["id"]: q for q in questions}

@@ -287,7 +287,7 @@ def test_the_sentence_a_reply_rests_on_is_shown_and_highlighted_and_a_warning_st
                 json.dumps({"type": "delta", "reply_id": reply["id"], "offset": 0, "text": said})
             )
             done = _message(
-                reply["id"], "assistant", said, status="complete", sources=sources,
+                int(str(reply["id"])), "assistant", said, status="complete", sources=sources,
                 verdict=verdict, unsupported=unsupported,
             )  # fmt: skip
             ws.send(json.dumps({"type": "reply.done", "reply": done}))

@@ -16,9 +16,9 @@ CARS = "Private cars are paid EUR 0.32 per kilometre (mileage), up to 500 km a t
 
 
 def subject_of(question: str, rare: dict[str, int] | None = None) -> Subject:
-    # Every term in 1 of 100 passages unless said otherwise: all equally rare.
-    counts = dict.fromkeys(evidence.subject_terms(question), 1) | (rare or {})
-    return evidence.subject(question, counts, 100)
+    # Every term weighs 1 unless said otherwise (the product weighs by rarity: support.py).
+    weights = rare or {}
+    return evidence.subject(question, lambda term: float(weights.get(term, 1)))
 
 
 def test_a_passage_is_cut_into_sentences_lines_and_rows_with_their_offsets():
@@ -85,7 +85,7 @@ def test_a_figure_from_the_next_passage_over_is_not_supported():
         "The mileage rate is EUR 48 per day.",
         question,
         {1: (MEALS, "Travel policy / Meals"), 2: (CARS, "Travel policy / Private cars")},
-        subject_of(question, {"motorbike": 0}),
+        subject_of(question, {"motorbike": 3}),
     )
     assert checked.verdict == evidence.UNSUPPORTED
     assert [c.key for c in checked.unsupported] == ["48"]
@@ -98,7 +98,7 @@ def test_a_figure_nobody_wrote_is_unsupported_and_the_closest_sentence_is_known(
         "The company pays towards a gym membership of 40 EUR.",
         question,
         {1: (MEALS, "Benefits / Meals")},
-        subject_of(question, {"gym": 0, "membership": 0}),
+        subject_of(question, {"gym": 3, "membership": 2}),
     )
     assert checked.verdict == evidence.UNSUPPORTED
     assert [c.text for c in checked.unsupported] == ["40"]
@@ -112,12 +112,17 @@ def test_across_languages_the_embedder_says_what_a_sentence_is_about():
     reply = "巴黎每晚最多220欧元。"
     without = evidence.check(reply, question, passages, subject_of(question))
     assert without.verdict == evidence.UNSUPPORTED  # no word in common
+    subject = subject_of(question)
+    # The product's presence finds 巴黎 in "Paris" and 酒店 in "hotel" by the embedder.
     close = evidence.check(
         reply,
         question,
         passages,
-        subject_of(question),
+        subject,
         similarity=lambda sentences: [0.6 if "Paris" in s.text else 0.1 for s in sentences],
+        presence=lambda sentences: [
+            set(subject.terms) if "Paris" in s.text else set() for s in sentences
+        ],
     )
     assert close.verdict == evidence.SUPPORTED
     assert close.quotes[1][0].text.startswith("The nightly cap")
@@ -134,11 +139,32 @@ def test_a_reply_without_figures_or_names_has_nothing_to_check():
     assert checked.verdict == evidence.NOTHING_TO_CHECK
 
 
-def test_rare_terms_weigh_most_in_the_subject():
-    subject = evidence.subject(
-        "How many days of leave for a funeral?", {"leave": 40, "funeral": 0}, 100
+def test_a_sentence_must_speak_of_the_questions_strong_terms():
+    # "Hamburg" weighs most: the Munich row holds the range but is not about Hamburg.
+    question = "Which address range does the corporate Wi-Fi use at our Hamburg office?"
+    rows = "Network: NWR-Corp; Wi-Fi for company laptops; Address range: Munich 10.20.0.0/16"
+    checked = evidence.check(
+        "The corporate Wi-Fi uses 10.20.0.0/16.",
+        question,
+        {1: (rows, "IT Security / Networks and Wi-Fi")},
+        subject_of(question, {"hamburg": 3}),
     )
-    assert set(subject.terms) == {"leave", "funeral"}  # days, how many: generic
-    assert subject.terms["funeral"] > subject.terms["leave"]
-    assert subject.covered(["parental", "leave"]) < 0.5
-    assert subject.covered(["funeral"]) > 0.5
+    assert checked.verdict == evidence.UNSUPPORTED
+    assert checked.absent == ["hamburg"]
+    subject = evidence.subject(question, lambda t: 3.0 if t == "hamburg" else 1.0)
+    assert subject.strong(0.5) == {"hamburg"}
+    nouns_only = evidence.Subject(subject.terms, core=frozenset({"address", "range"}))
+    assert nouns_only.strong(0.5) == {"address", "range"}
+
+
+def test_a_name_the_passages_titles_use_is_not_a_claim():
+    question = "How many days of unused annual leave can I carry over?"
+    checked = evidence.check(
+        "Under the Northwind Leave Policy you may carry over 5 days.",
+        question,
+        {1: ("You may carry over up to 5 days of unused annual leave.", "Northwind / Leave")},
+        subject_of(question),
+        is_common=lambda word: word in {"policy", "leave"},  # everyday words (wordfreq)
+    )
+    assert [c.text for c in checked.supported] == ["5"]
+    assert checked.verdict == evidence.SUPPORTED

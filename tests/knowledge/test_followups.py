@@ -37,7 +37,8 @@ def test_a_chinese_follow_up_is_recognised():
 
 
 def test_signals_see_whether_the_questions_rarest_term_is_in_the_passages():
-    subject = evidence.subject("Is there a gym subsidy?", {"gym": 0, "subsidy": 3}, 100)
+    weights = {"gym": 3.0, "subsidy": 1.0}
+    subject = evidence.subject("Is there a gym subsidy?", lambda t: weights.get(t, 0.5))
     meals = evidence.sentences(1, "The meal subsidy is 35 yuan a day.", "Benefits / Meals")
     found = answerability.signals(subject, meals, [0.3], 0.4)
     assert found.rarest_present == 0.0
@@ -50,8 +51,9 @@ def test_the_fused_probability_grows_with_every_signal():
     low = Signals(coverage=0.1, rarest_present=0.0, similarity=0.2, retrieval=0.3)
     high = Signals(coverage=0.9, rarest_present=1.0, similarity=0.6, retrieval=0.5)
     assert answerability.probability(low) < answerability.probability(high)
-    assert not answerability.answers(low, threshold=0.5)
-    assert answerability.answers(high, threshold=0.5)
+    assert not answerability.answers(low, threshold=0.75)
+    assert answerability.answers(high, threshold=0.75)
+    assert answerability.answers(low)  # the default declines nothing beforehand
     weights = {"bias": 0.0, "model_yes": 4.0}
     sure = Signals(model_yes=0.9)
     assert answerability.probability(sure, weights) > answerability.probability(
