@@ -34,7 +34,7 @@ from tests.fakes import FakeCounter
 PASSWORD = "correct horse battery staple"
 # Seconds a test marked `model` or `browser` may take, its fixtures' setup included (a live
 # server, a model loaded); pyproject.toml's `timeout` is every other test's.
-SLOW_TEST_TIMEOUT = 600
+SLOW_TEST_TIMEOUT = 1200
 TIMEOUT_BACKSTOP_GRACE = 30
 _STDERR = pytest.StashKey[int]()  # the terminal's stderr, outside pytest's capture
 
