@@ -96,7 +96,7 @@ def run_pytest(database_url: str, **env: str) -> subprocess.CompletedProcess[str
     environ = {k: v for k, v in os.environ.items() if k != "QASSIST_REQUIRE_SERVICES"}
     environ.update(DATABASE_URL=database_url, **env)
     # Fixed arguments: this interpreter running pytest on one of the repository's tests.
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         [
             sys.executable,
             "-m",
