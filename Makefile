@@ -33,7 +33,8 @@ help:
 	@echo "                   demo tenant and admin) and start qassist on http://$(HOST):$(PORT)/"
 	@echo "                   MODE=embedded forces the no-Redis mode; HOST=, PORT= change the address"
 	@echo "make test          ruff, mypy and pytest (PYTEST_ARGS='-k ...' passes options to pytest);"
-	@echo "                   installs the single sign-on tests' identity provider with npm first"
+	@echo "                   fetches the tests' model (smollm2-135m) and installs the single"
+	@echo "                   sign-on tests' identity provider with npm first"
 	@echo "make fetch-models  the embedded model and qwen2.5-coder-0.5b (for benchmarks)"
 	@echo "make bench         the benchmarks (BENCH_ARGS='...' passes options)"
 	@echo "make clean         caches and collected static files (keeps .venv, models and data)"
@@ -154,11 +155,29 @@ test-idp:
 	  (cd $(IDP_DIR) && npm ci --no-audit --no-fund --loglevel error) && touch $(IDP_STAMP); \
 	fi
 
+# The model the tests run (tests/needs.py), whatever model `make run` serves. Fetched here,
+# quick when present. When it cannot be (no network), the tests that need it are skipped with
+# fetch_model's reason; with QASSIST_REQUIRE_SERVICES=1 (CI) `make test` fails here instead.
+# pytest's exit code 5 (it collected no test) is a failure, never a silent pass.
+TEST_MODEL := smollm2-135m
+
 test: lint test-idp
 	$(MANAGE) check --fail-level ERROR
-	@# Exit code 5 means pytest collected no test: that is a failure, never a silent pass.
-	@$(BIN)/pytest $(PYTEST_ARGS) || { rc=$$?; \
-	  if [[ $$rc -eq 5 ]]; then echo "ERROR: pytest collected no tests" >&2; fi; exit $$rc; }
+	@err=$$(mktemp); trap 'rm -f "$$err"' EXIT; \
+	if { $(MANAGE) fetch_model $(TEST_MODEL) 2>&1 1>&3 | tee "$$err" >&2; } 3>&1; then \
+	  unset QASSIST_TEST_MODEL_FETCH_ERROR; \
+	else \
+	  reason=$$(grep -v '^[[:space:]]*$$' "$$err" | tail -n 1 | sed 's/^CommandError: //'); \
+	  case "$${QASSIST_REQUIRE_SERVICES:-0}" in \
+	    0) echo "WARNING: the tests' model $(TEST_MODEL) could not be fetched: the tests that need it are skipped" >&2; \
+	       export QASSIST_TEST_MODEL_FETCH_ERROR="$${reason:-fetch_model failed}";; \
+	    *) echo "ERROR: the tests' model $(TEST_MODEL) could not be fetched (QASSIST_REQUIRE_SERVICES is set)" >&2; \
+	       exit 1;; \
+	  esac; \
+	fi; \
+	rc=0; $(BIN)/pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [[ $$rc -eq 5 ]]; then echo "ERROR: pytest collected no tests" >&2; fi; \
+	exit $$rc
 
 # --- Cleaning --------------------------------------------------------------------------------
 

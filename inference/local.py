@@ -23,6 +23,10 @@ logger = logging.getLogger(__name__)
 
 Listener = Callable[[Event], None]
 
+# Seconds a request waits for the model to load (a few on a fresh process) before it is
+# answered worker_down; a load that fails answers every waiting request at once.
+LOAD_WAIT_SECONDS = 120.0
+
 
 class LocalTransport:
     shared_queue = False
@@ -121,23 +125,31 @@ class LocalEngineClient:
 
     def _run(self) -> None:
         try:
-            engine = self._factory()
-        except Exception as exc:
-            if isinstance(exc, FileNotFoundError):  # no model file: its message says what to run
-                logger.error("the in-process engine could not start: %s", exc)
-            else:
-                logger.exception("the in-process engine could not start")
-            self.load_error = str(exc)
-            self._ready.set()
+            self.worker = EngineWorker(self._factory(), self.transport)
+        except BaseException as exc:
+            # Whatever ends the factory, a BaseException too (KeyboardInterrupt, SystemExit, a
+            # test framework's own outcome exceptions), callers waiting for the engine are told
+            # at once instead of waiting out their bound on a thread that is already gone.
+            self._failed_to_start(exc)
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
             return
-        self.worker = EngineWorker(engine, self.transport)
         self._ready.set()
         self.worker.run_forever()
         on_disk = self.worker.drain(timeout=10.0)
         if on_disk:
             logger.info("engine stopped; %d conversations saved on disk", on_disk)
 
-    def wait_ready(self, timeout: float | None = None) -> bool:
+    def _failed_to_start(self, exc: BaseException) -> None:
+        if isinstance(exc, FileNotFoundError):  # no model file: its message says what to run
+            logger.error("the in-process engine could not start: %s", exc)
+        else:
+            logger.error("the in-process engine could not start", exc_info=exc)
+        self.load_error = str(exc) or type(exc).__name__
+        self._ready.set()
+
+    def wait_ready(self, timeout: float = LOAD_WAIT_SECONDS) -> bool:
+        """Whether the engine is ready or failed to start (load_error) within `timeout`."""
         self.start()
         return self._ready.wait(timeout)
 
@@ -156,12 +168,26 @@ class LocalEngineClient:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    async def _until_ready(self) -> None:
+        """Wait for the engine to load, or to fail to, on this event loop: an executor thread
+        per waiting request would fill the loop's default executor while a model loads. An
+        engine thread that is gone is not waited for."""
+        deadline = time.monotonic() + LOAD_WAIT_SECONDS
+        while not self._ready.is_set() and time.monotonic() < deadline:
+            if self._thread is not None and not self._thread.is_alive():
+                return
+            await asyncio.sleep(0.05)
+
     async def generate(self, sub: Submission) -> AsyncIterator[Event]:
         self.start()
-        if not self._ready.is_set():
-            await asyncio.get_running_loop().run_in_executor(None, self._ready.wait, 120.0)
+        await self._until_ready()
         if not self.alive:
-            reason = f": {self.load_error}" if self.load_error else ""
+            if self.load_error:
+                reason = f": {self.load_error}"
+            elif not self._ready.is_set():
+                reason = f": it did not finish loading in {LOAD_WAIT_SECONDS:g} s"
+            else:
+                reason = ""
             yield Failed(
                 sub.request_id, ErrorCode.WORKER_DOWN.value, f"The model is not running{reason}"
             )

@@ -2,15 +2,22 @@
 
 acme: `owner` (tenant admin), `member`; other_tenant (globex): `outsider`.
 Every persona's password is PASSWORD, for tests that log in through a form.
+
+And the run itself: its database (DATABASE_URL's PostgreSQL only with pgvector, tests/needs.py),
+the embedded model for the tests that run it, and each test's time limit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import pytest
@@ -21,9 +28,15 @@ from inference.service import set_prompt_counter
 from tenants.limits import Limiter, set_limiter
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.services import api_key_create, tenant_create
+from tests import needs
 from tests.fakes import FakeCounter
 
 PASSWORD = "correct horse battery staple"
+# Seconds a test marked `model` or `browser` may take, its fixtures' setup included (a live
+# server, a model loaded); pyproject.toml's `timeout` is every other test's.
+SLOW_TEST_TIMEOUT = 1200
+TIMEOUT_BACKSTOP_GRACE = 30
+_STDERR = pytest.StashKey[int]()  # the terminal's stderr, outside pytest's capture
 
 # Tests put their own engine behind the consumer: importing qassist.asgi must not load a model.
 os.environ.setdefault("QASSIST_PRELOAD_ENGINE", "0")
@@ -35,11 +48,94 @@ def pytest_configure(config: pytest.Config) -> None:
     # Connections opened on asgiref's worker threads (database_sync_to_async) are closed after
     # each use, so none outlives the test run and blocks dropping the PostgreSQL test database.
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    _postgresql_only_with_pgvector()
+    # Taken now, while pytest's capture is suspended: the watchdog writes to the terminal.
+    config.stash[_STDERR] = os.dup(sys.stderr.fileno())
     if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # A file, not the shared in-memory database: requests served on other threads (the
         # ASGI app under test, the engine's) lock rows as in production, not whole tables.
         name = Path(tempfile.gettempdir()) / f"qassist-test-{os.getpid()}.sqlite3"
         settings.DATABASES["default"].setdefault("TEST", {})["NAME"] = str(name)
+
+
+def _postgresql_only_with_pgvector() -> None:
+    """DATABASE_URL's PostgreSQL is used only when it answers and has pgvector (knowledge's
+    migrations create the extension): otherwise every test needing the database would fail
+    on the way in. The run then uses SQLite, and says so at its start and end; in CI
+    (QASSIST_REQUIRE_SERVICES=1) it stops at once instead."""
+    from django.conf import settings
+    from django.db import connections
+
+    params = needs.postgres_params_of_settings()
+    if params is None:
+        return
+    problem = needs.postgres_problem(**params)
+    if problem is None:
+        return
+    if needs.services_required():
+        raise pytest.UsageError(f"DATABASE_URL: {problem} (QASSIST_REQUIRE_SERVICES=1)")
+    needs.postgres_passed_over = problem
+    # In place: django.db.connections already holds this very dict. The options are those
+    # qassist/settings.py gives SQLite.
+    db = settings.DATABASES["default"]
+    db["ENGINE"] = "django.db.backends.sqlite3"
+    db["NAME"] = str(settings.VAR_DIR / "qassist.sqlite3")  # never opened: TEST.NAME is
+    db["USER"] = db["PASSWORD"] = db["HOST"] = db["PORT"] = ""
+    db["OPTIONS"] = {
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+    }
+    # A PostgreSQL connection object made already (unconnected) goes: the next is SQLite's.
+    with contextlib.suppress(AttributeError):
+        del connections["default"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _STDERR in config.stash:
+        os.close(config.stash[_STDERR])
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if needs.postgres_passed_over:
+        return [f"database: SQLite, not DATABASE_URL: {needs.postgres_passed_over}"]
+    return []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if needs.postgres_passed_over:
+        terminalreporter.write_sep("=", "ran on SQLite, not on DATABASE_URL", yellow=True)
+        terminalreporter.write_line(needs.postgres_passed_over)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Real-model and browser tests get a longer limit than pyproject's default timeout, which
+    # the rest fit in; a timeout marker on a test itself still wins.
+    for item in items:
+        slow = item.get_closest_marker("model") or item.get_closest_marker("browser")
+        if slow and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TEST_TIMEOUT))
+
+
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> None:
+    # pytest-timeout's SIGALRM fails a test that Python code keeps waiting, but its handler
+    # cannot run while C code holds the interpreter. faulthandler's watchdog is a C thread:
+    # TIMEOUT_BACKSTOP_GRACE seconds later it prints every thread's stack (the test's own
+    # frame names it) and ends the run. Returning None lets pytest-timeout set its own timer.
+    faulthandler.dump_traceback_later(
+        settings.timeout + TIMEOUT_BACKSTOP_GRACE, exit=True, file=item.config.stash[_STDERR]
+    )
+
+
+def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="session")
+def embedded_model() -> Path:
+    """The embedded model's file. A test that asks for it is skipped without it, saying why
+    (`make test` fetches it first), or failed in CI."""
+    return needs.embedded_model()
 
 
 @pytest.fixture(autouse=True)

@@ -30,9 +30,13 @@ from typing import Any
 
 import pytest
 
+from tests import needs
+
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
-MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Debian's Chromium (Playwright downloads no browser here) and the fonts the CJK tests read.
+INSTALL_CHROMIUM = "sudo apt-get install chromium fonts-noto-cjk"
+MODEL = needs.embedded_model_file()
 ARTIFACTS = REPO / "test-artifacts" / "browser"
 PASSWORD = "correct horse battery staple"
 # Indexing only (knowledge.tasks.index_document: attachments on the interactive queue, the
@@ -61,22 +65,15 @@ CHROMIUM_ARGS = [
 ]
 
 
-def _missing(what: str) -> None:
-    if os.environ.get("QASSIST_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{what} (QASSIST_REQUIRE_SERVICES=1 makes this a failure)")
-    pytest.skip(f"{what}; set QASSIST_REQUIRE_SERVICES=1 to fail instead of skipping")
-
-
 @pytest.fixture(scope="session")
 def requirements() -> None:
     if not CHROMIUM.exists():
-        _missing("/usr/bin/chromium is missing: apt-get install chromium fonts-noto-cjk")
-    if not MODEL.exists():
-        _missing(f"{MODEL} is missing: python manage.py fetch_model smollm2-135m")
+        needs.missing(f"{CHROMIUM} is missing: {INSTALL_CHROMIUM}")
+    needs.embedded_model()
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        _missing("Playwright's Python package is not installed")
+        needs.missing("Playwright's Python package is not installed: make install")
 
 
 @dataclass
@@ -111,7 +108,7 @@ def _server_env(tmp: Path, **overrides: str) -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="qassist.settings",
         QASSIST_VAR_DIR=str(tmp / "var"),
         SECRET_KEY=secrets.token_urlsafe(40),
-        QASSIST_MODELS_DIR=str(REPO / "models"),
+        QASSIST_MODELS_DIR=str(MODEL.parent),
         QASSIST_PARALLEL="4",
         QASSIST_CONTEXT_SIZE="4096",
         QASSIST_MAX_SEQ_TOKENS="1024",

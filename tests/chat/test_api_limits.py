@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +21,7 @@ from inference import metrics
 from tenants.limits import Limiter, set_limiter
 from tenants.models import ApiKey, Tenant, UsageRecord
 from tenants.services import Principal, limits_plan
+from tests import needs
 from tests.chat.conftest import FakeEngine
 from tests.chat.test_api import MODEL, ask, error_of, headers, post
 from tests.chat.test_consumer import connected_as
@@ -33,11 +33,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def real_redis_limiter() -> Iterator[Limiter]:
-    url = os.environ.get("QASSIST_TEST_REDIS_URL", "")
-    if not url:
-        if os.environ.get("QASSIST_REQUIRE_SERVICES") == "1":
-            pytest.fail("QASSIST_TEST_REDIS_URL is not set")
-        pytest.skip("QASSIST_TEST_REDIS_URL is not set")
+    url = needs.redis_url()
     prefix = f"test-api-limits-{uuid.uuid4().hex[:10]}"
     limiter = Limiter(redis.Redis.from_url(url), prefix=prefix, lease_seconds=30)
     set_limiter(limiter)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -21,6 +20,7 @@ from chat.question_keys import normalize_question
 from inference.service import set_engine_client
 from inference.types import ChatMessage, Delta, Done, Event, Failed
 from inference.worker import Submission
+from tests import needs
 
 pytestmark = pytest.mark.django_db
 
@@ -161,17 +161,12 @@ def test_another_process_sees_a_change_through_the_table_signature_when_embedded
         patient.lookup(tenant_id=tenant.id, key=key, now=timezone.now())
 
 
-REDIS_URL = os.environ.get("QASSIST_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = needs.TEST_REDIS_URL
 
 
 @pytest.fixture
 def redis_prefix():
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
-    except redis.RedisError as exc:
-        if os.environ.get("QASSIST_REQUIRE_SERVICES"):
-            raise
-        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+    needs.redis_url()  # skips (fails in CI) when no Redis answers there
     prefix = f"qtest-{uuid.uuid4().hex[:8]}"
     yield prefix
     redis.Redis.from_url(REDIS_URL).delete(f"{prefix}:cached_replies:version")

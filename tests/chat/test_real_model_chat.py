@@ -1,7 +1,6 @@
 """The chat websocket in front of the real embedded model, in-process (embedded mode)."""
 
 import asyncio
-import os
 
 import pytest
 from channels.auth import AuthMiddlewareStack
@@ -12,20 +11,15 @@ from django.test import Client
 
 from chat.models import Message
 from chat.routing import websocket_urlpatterns
-from inference import modelstore, service
+from inference import service
 from inference.local import LocalEngineClient
 
 pytestmark = [pytest.mark.model, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def real_engine(settings):
-    path = modelstore.resolve_model_path("smollm2-135m", settings.QASSIST_MODELS_DIR)
-    if not path.is_file():
-        if os.environ.get("QASSIST_REQUIRE_SERVICES"):
-            pytest.fail(f"the embedded model is missing at {path}")
-        pytest.skip(f"the embedded model is missing at {path}")
-    settings.QASSIST_MODEL = "smollm2-135m"
+def real_engine(settings, embedded_model):
+    settings.QASSIST_MODEL = "smollm2-135m"  # embedded_model: it is there
     settings.QASSIST_PARALLEL = 2
     settings.QASSIST_CONTEXT_SIZE = 2048
     settings.QASSIST_MAX_SEQ_TOKENS = 512

@@ -1,10 +1,15 @@
-"""The embedded mode's engine client: a full queue is answered at once, not after a step."""
+"""The embedded mode's engine client: a full queue is answered at once, not after a step; an
+engine that cannot start is told to every caller at once."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 
+import pytest
+
+from inference.engine import Engine
 from inference.local import LocalEngineClient
 from inference.types import ChatMessage, Done, Failed, SamplingParams
 from inference.worker import Submission
@@ -89,3 +94,62 @@ async def test_a_missing_model_file_is_one_clear_line_and_every_request_is_told(
     assert isinstance(event, Failed)
     assert event.code == "worker_down"
     assert "fetch_model" in event.message
+
+
+@pytest.fixture
+def thread_exceptions(monkeypatch: pytest.MonkeyPatch) -> list[type[BaseException]]:
+    """What escaped a thread (instead of pytest's own warning about it, after the test)."""
+    escaped: list[type[BaseException]] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_type))
+    return escaped
+
+
+def refusing_to_start(error: BaseException) -> Callable[[], Engine]:
+    def factory() -> Engine:
+        raise error
+
+    return factory
+
+
+@pytest.mark.timeout(30)  # a caller left waiting would wait out the bound, patched to an hour
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("llama.cpp could not load the model at /x/m.gguf"),
+        pytest.skip.Exception("the embedded model is missing at /x/m.gguf"),  # a BaseException
+    ],
+    ids=["Exception", "BaseException"],
+)
+async def test_a_factory_that_fails_tells_every_waiting_caller_at_once_with_its_reason(
+    error: BaseException,
+    thread_exceptions: list[type[BaseException]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("inference.local.LOAD_WAIT_SECONDS", 3600.0)
+    client = LocalEngineClient(refusing_to_start(error))
+
+    events = await asyncio.gather(*(last_event(client, f"hello {i}") for i in range(8)))
+
+    for event in events:
+        assert isinstance(event, Failed)
+        assert event.code == "worker_down"
+        assert event.message == f"The model is not running: {error}"
+    assert client.wait_ready(0)  # set, not left for the bound to run out
+    assert client.load_error == str(error)
+    assert (await client.health())["ok"] is False
+    assert thread_exceptions == []  # recorded, not left to escape the engine thread
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, SystemExit])
+def test_an_interruption_of_the_factory_is_recorded_then_raised_again(
+    interruption: type[BaseException], thread_exceptions: list[type[BaseException]]
+) -> None:
+    client = LocalEngineClient(refusing_to_start(interruption()))
+    client.start()
+    assert client.wait_ready(10)
+    assert client._thread is not None
+    client._thread.join(10)
+
+    assert client.load_error == interruption.__name__
+    assert not client.alive
+    assert thread_exceptions == [interruption]  # still what ends the thread

@@ -1,7 +1,6 @@
 """The real embedded model (SmolLM2-135M) through llama.cpp: the engine end to end."""
 
 import asyncio
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -9,9 +8,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 import pytest
-from django.conf import settings
 
-from inference import modelstore
 from inference.engine import Engine
 from inference.hostcache import common_prefix_len
 from inference.local import LocalEngineClient
@@ -21,20 +18,13 @@ from inference.worker import Submission
 pytestmark = pytest.mark.model
 
 
-def model_path() -> Path:
-    path = modelstore.resolve_model_path("smollm2-135m", settings.QASSIST_MODELS_DIR)
-    if not path.is_file():
-        if os.environ.get("QASSIST_REQUIRE_SERVICES"):
-            pytest.fail(f"the embedded model is missing at {path}: run manage.py fetch_model")
-        pytest.skip(f"the embedded model is missing at {path}")
-    return path
-
-
-def make_engine(n_seq_max=4, max_seq_tokens=1024) -> Engine:
+def make_engine(model: Path, n_seq_max=4, max_seq_tokens=1024) -> Engine:
+    """The real engine on `model`: the path comes from the `embedded_model` fixture, which
+    skips without it, never from here (this runs on the engine's thread, as a factory)."""
     from inference.runner import LlamaRunner
 
     runner = LlamaRunner(
-        model_path(),
+        model,
         n_seq_max=n_seq_max,
         n_ctx=4096,
         max_batch_tokens=128,
@@ -45,11 +35,11 @@ def make_engine(n_seq_max=4, max_seq_tokens=1024) -> Engine:
 
 
 @pytest.fixture
-def local_client():
+def local_client(embedded_model):
     clients = []
 
     def make(**kwargs):
-        client = LocalEngineClient(lambda: make_engine(**kwargs))
+        client = LocalEngineClient(lambda: make_engine(embedded_model, **kwargs))
         clients.append(client)
         return client
 
@@ -153,13 +143,15 @@ async def test_a_prompt_longer_than_the_context_gets_an_error_not_a_crash(local_
 # --- the host-memory cache and the default sampling path, on the real model -------------------
 
 
-def make_cached_engine(n_seq_max=1, host_cache_bytes=256 * 2**20, disk_dir=None) -> Engine:
+def make_cached_engine(
+    model: Path, n_seq_max=1, host_cache_bytes=256 * 2**20, disk_dir=None
+) -> Engine:
     from inference.kvdisk import DiskKvStore, model_fingerprint
     from inference.runner import LlamaRunner
 
     disk = DiskKvStore(disk_dir, model_fingerprint("0" * 64, "test", "f16")) if disk_dir else None
     runner = LlamaRunner(
-        model_path(),
+        model,
         n_seq_max=n_seq_max,
         n_ctx=4096,
         max_batch_tokens=128,
@@ -177,11 +169,11 @@ def make_cached_engine(n_seq_max=1, host_cache_bytes=256 * 2**20, disk_dir=None)
 
 
 @pytest.fixture
-def engines():
+def engines(embedded_model):
     made: list[Engine] = []
 
     def make(**kwargs):
-        engine = make_cached_engine(**kwargs)
+        engine = make_cached_engine(embedded_model, **kwargs)
         made.append(engine)
         return engine
 
@@ -316,7 +308,7 @@ def assert_identical(a: tuple[Any, list[np.ndarray]], b: tuple[Any, list[np.ndar
     assert all(np.array_equal(x, y) for x, y in zip(a[1], b[1], strict=True))
 
 
-def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
+def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does(embedded_model):
     """Compaction moves two replies' cells down into the hole another conversation left, and
     they go on with exactly the tokens of a pool that never held it. (Left with the hole, new
     tokens land below older ones and llama.cpp's attention sums in another order: with its f16
@@ -327,7 +319,7 @@ def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
 
     def replies(filler: bool) -> tuple[dict[int, list[int]], list[np.ndarray]]:
         runner = LlamaRunner(
-            model_path(), n_seq_max=3, n_ctx=1024, max_batch_tokens=128, n_threads=2,
+            embedded_model, n_seq_max=3, n_ctx=1024, max_batch_tokens=128, n_threads=2,
             max_seq_tokens=512,
         )  # fmt: skip
         try:
@@ -363,7 +355,7 @@ def test_a_packed_kv_pool_computes_exactly_what_a_pool_without_holes_does():
     assert_identical(replies(filler=True), replies(filler=False))
 
 
-def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed():
+def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed(embedded_model):
     """With a stream per sequence, the scheduler moves a running reply down to close a gap (a
     copy of its KV, then the old sequence cleared): it goes on with the very logits it would
     have had in place."""
@@ -373,7 +365,7 @@ def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed():
 
     def reply(move: bool) -> tuple[list[int], list[np.ndarray]]:
         runner = LlamaRunner(
-            model_path(), n_seq_max=3, n_ctx=1024, max_batch_tokens=128, n_threads=2,
+            embedded_model, n_seq_max=3, n_ctx=1024, max_batch_tokens=128, n_threads=2,
             max_seq_tokens=512, kv_unified=False,
         )  # fmt: skip
         try:
@@ -402,7 +394,9 @@ def test_a_reply_moved_to_another_stream_goes_on_exactly_as_if_it_had_stayed():
     assert_identical(reply(move=True), reply(move=False))
 
 
-def test_with_a_stream_per_sequence_a_reply_moved_down_is_the_reply_it_would_have_been():
+def test_with_a_stream_per_sequence_a_reply_moved_down_is_the_reply_it_would_have_been(
+    embedded_model,
+):
     """Through the engine: a short reply in sequence 0 ends, the long one beside it moves down
     into sequence 0 (so running streams stay one pass), and its tokens are those it has when
     it runs alone from the start; its follow-up turn finds the whole history."""
@@ -410,7 +404,7 @@ def test_with_a_stream_per_sequence_a_reply_moved_down_is_the_reply_it_would_hav
 
     def engine() -> Engine:
         runner = LlamaRunner(
-            model_path(), n_seq_max=3, n_ctx=4096, max_batch_tokens=128, n_threads=2,
+            embedded_model, n_seq_max=3, n_ctx=4096, max_batch_tokens=128, n_threads=2,
             max_seq_tokens=1024, kv_unified=False,
         )  # fmt: skip
         return Engine(

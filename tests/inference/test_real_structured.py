@@ -18,7 +18,6 @@ from inference.constraints import (
 )
 from inference.engine import Engine
 from inference.types import ChatMessage, Constraint, Delta, Done, SamplingParams
-from tests.inference.test_real_model import model_path
 
 pytestmark = pytest.mark.model
 
@@ -51,11 +50,11 @@ ORDER = {
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(embedded_model):
     from inference.runner import LlamaRunner
 
     runner = LlamaRunner(
-        model_path(),
+        embedded_model,
         n_seq_max=6,
         n_ctx=4096,
         max_batch_tokens=256,

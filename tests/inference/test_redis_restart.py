@@ -23,6 +23,7 @@ import redis
 from inference.transport import RedisEngineClient, RedisWorkerTransport
 from inference.types import ChatMessage, Delta, Done, Failed, SamplingParams
 from inference.worker import EngineWorker, Submission
+from tests import needs
 from tests.fakes import FakeRunner, make_engine
 
 pytestmark = pytest.mark.redis
@@ -82,7 +83,7 @@ class PrivateRedis:
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed")
+        needs.missing("redis-server is not installed: sudo apt-get install redis-server")
     server = PrivateRedis(tmp_path)
     server.start()
     yield server

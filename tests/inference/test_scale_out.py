@@ -14,28 +14,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.inference.test_real_model import model_path
+from tests import needs
 
 pytestmark = [pytest.mark.model, pytest.mark.redis]
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def postgres_answers() -> bool:
+def local_postgres_with_pgvector() -> bool:
+    """bench.reliability makes its database with `createdb` on 127.0.0.1:5432 as postgres, and
+    knowledge's migrations need pgvector there: otherwise the run is on SQLite."""
     if shutil.which("createdb") is None:
         return False
-    pg_isready = shutil.which("pg_isready") or "pg_isready"
-    done = subprocess.run([pg_isready, "-q", "-h", "127.0.0.1", "-p", "5432"], check=False)  # noqa: S603 (a fixed command)
-    return done.returncode == 0
+    return needs.postgres_problem(**needs.LOCAL_POSTGRES) is None
 
 
-def test_two_workers_share_the_load_and_the_survivor_serves_the_rest_when_one_is_killed():
-    model_path()  # skips (or fails, in CI) without the embedded model
+def test_two_workers_share_the_load_and_the_survivor_serves_the_rest_when_one_is_killed(
+    embedded_model,
+):
     if shutil.which("redis-server") is None:
-        if os.environ.get("QASSIST_REQUIRE_SERVICES"):
-            pytest.fail("redis-server is not installed")
-        pytest.skip("redis-server is not installed")
-    database = [] if postgres_answers() else ["--sqlite"]
+        needs.missing("redis-server is not installed: sudo apt-get install redis-server")
+    database = [] if local_postgres_with_pgvector() else ["--sqlite"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("QASSIST_")}
     env.pop("DATABASE_URL", None)
     done = subprocess.run(  # noqa: S603 (this interpreter, fixed arguments)

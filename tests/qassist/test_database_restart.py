@@ -7,7 +7,7 @@ websocket consumer runs all its database work on one thread and reuses its conne
 message to the next: that is where a dead connection bit (an `internal` error) until
 CONN_HEALTH_CHECKS was turned on.
 
-Needs PostgreSQL (DATABASE_URL pointing at one, as in CI); skipped on SQLite.
+Needs PostgreSQL with pgvector (DATABASE_URL pointing at one, as in CI); skipped on SQLite.
 """
 
 from __future__ import annotations
@@ -29,17 +29,19 @@ import psycopg
 import pytest
 import websockets
 
+from tests import needs
 from tests.qassist.test_database_outage import PASSWORD, Live, _free_port, _run, logged_in
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_URL = os.environ.get("DATABASE_URL", "")
-MODEL = REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture
 def postgres_live(tmp_path: Path) -> Iterator[tuple[Live, str]]:
-    if not SERVER_URL.startswith(("postgres://", "postgresql://")):
-        pytest.skip("DATABASE_URL is not a PostgreSQL server")
+    if needs.postgres_passed_over:
+        needs.missing(f"DATABASE_URL: {needs.postgres_passed_over}")
+    if needs.postgres_params_of_settings() is None:
+        pytest.skip("DATABASE_URL is not a PostgreSQL server (with pgvector): SQLite here")
     name = f"qassist_restart_{uuid.uuid4().hex[:8]}"
     admin_url = SERVER_URL.rsplit("/", 1)[0] + "/postgres"
     with psycopg.connect(admin_url, autocommit=True) as conn:
@@ -52,7 +54,7 @@ def postgres_live(tmp_path: Path) -> Iterator[tuple[Live, str]]:
         DATABASE_URL=url,
         SECRET_KEY=secrets.token_urlsafe(40),
         # The embedded model, small, for the websocket test; loaded only when a chat needs it.
-        QASSIST_MODELS_DIR=str(REPO / "models"),
+        QASSIST_MODELS_DIR=str(needs.embedded_model_file().parent),
         QASSIST_PARALLEL="2",
         QASSIST_CONTEXT_SIZE="2048",
         QASSIST_MAX_SEQ_TOKENS="1024",
@@ -150,8 +152,7 @@ def test_an_open_chat_socket_reconnects_to_the_database_after_it_dropped_every_c
 ) -> None:
     """The websocket consumer reuses one connection across messages: the one that dies."""
     live, name = postgres_live
-    if not MODEL.exists():
-        pytest.skip(f"{MODEL} is missing: python manage.py fetch_model smollm2-135m")
+    needs.embedded_model()  # skips (fails in CI) without it
     client = logged_in(live)
     cookie = client.cookies["sessionid"]
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -14,6 +13,7 @@ from inference.service import set_engine_client
 from inference.types import Event
 from inference.worker import Submission
 from qassist import views
+from tests import needs
 
 pytestmark = pytest.mark.django_db
 
@@ -144,12 +144,7 @@ def test_it_refuses_writes(client: Client, engine: FakeEngineClient, embedded: N
 def test_it_answers_200_with_a_real_redis(
     client: Client, engine: FakeEngineClient, settings: Settings
 ) -> None:
-    url = os.environ.get("QASSIST_TEST_REDIS_URL")
-    if not url:
-        if os.environ.get("QASSIST_REQUIRE_SERVICES"):
-            pytest.fail("QASSIST_REQUIRE_SERVICES is set but QASSIST_TEST_REDIS_URL is not")
-        pytest.skip("QASSIST_TEST_REDIS_URL is not set")
-    settings.REDIS_URL = url
+    settings.REDIS_URL = needs.redis_url()
     response = client.get("/healthz")
     assert response.status_code == 200, response.json()
     assert response.json()["redis"] == {"ok": True}

@@ -13,6 +13,7 @@ from django.test import Client
 from pytest_django import Settings
 
 from inference.service import set_engine_client
+from tests import needs
 from tests.qassist.test_healthz import FakeEngineClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +35,14 @@ def deploy_check(tmp_path: Path, **extra: str) -> subprocess.CompletedProcess[st
 
 
 def test_manage_py_check_deploy_is_clean_with_the_switch_on(tmp_path: Path) -> None:
-    done = deploy_check(tmp_path, QASSIST_HTTPS="1")
+    # Clean includes the model being there (qassist.W001 otherwise): the tests' own model.
+    model = needs.embedded_model()
+    done = deploy_check(
+        tmp_path,
+        QASSIST_HTTPS="1",
+        QASSIST_MODEL=needs.EMBEDDED_MODEL,
+        QASSIST_MODELS_DIR=str(model.parent),
+    )
     assert done.returncode == 0, done.stderr
     assert "no issues" in done.stdout
 

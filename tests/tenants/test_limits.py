@@ -3,7 +3,6 @@ Redis of the embedded mode and on a real Redis, with a clock the tests move by h
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -14,8 +13,7 @@ import pytest
 import redis
 
 from tenants.limits import Limiter, Limits, Plan, Refusal
-
-REDIS_URL = os.environ.get("QASSIST_TEST_REDIS_URL", "")
+from tests import needs
 
 
 class Clock:
@@ -31,11 +29,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[object]:
     if request.param == "in-process":
         yield fakeredis.FakeRedis()
         return
-    if not REDIS_URL:
-        if os.environ.get("QASSIST_REQUIRE_SERVICES") == "1":
-            pytest.fail("QASSIST_TEST_REDIS_URL is not set")
-        pytest.skip("QASSIST_TEST_REDIS_URL is not set")
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(needs.redis_url())
     yield client
     client.close()
 
