@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
 from chat.api import tools
+from chat.api.embeddings import MAX_INPUT_CHARS
 from chat.models import ChatSession
 from knowledge.embeddings import set_embedder
 from tenants.models import ApiKey, Tenant, UsageRecord
@@ -446,6 +447,41 @@ async def test_an_embeddings_request_it_cannot_serve_is_refused_naming_why(
     if code is not None:
         assert error["code"] == code
     assert embedder.calls == []
+
+
+@pytest.mark.parametrize(
+    ("texts", "status", "param", "code"),
+    [
+        # One text over the characters any text the model reads may have: refused on sight.
+        (["ok", "x" * (MAX_INPUT_CHARS + 1)], 400, "input[1]", "context_length_exceeded"),
+        # Over the model's own maximum of tokens (the fake reads 2,048 words).
+        ("w " * 2_049, 400, "input", "context_length_exceeded"),
+        # Under the limits one by one, over them together.
+        (["w " * 2_000] * 151, 413, "input", "request_too_large"),
+        (["a" * MAX_INPUT_CHARS] * 123, 413, "input", "request_too_large"),
+    ],
+    ids=["chars-per-text", "tokens-per-text", "tokens-per-request", "chars-per-request"],
+)
+async def test_texts_beyond_the_bounds_are_refused_before_any_work(
+    embedder: FakeEmbedder, key: str, texts: Any, status: int, param: str, code: str
+) -> None:
+    """The attack (issue #32): one 3.9 MB string took the web process to 21 GB. Every bound is
+    checked before admission and before the model, cheapest first."""
+    response = await embed(key, {"model": EMBEDDING_MODEL, "input": texts})
+    assert response.status_code == status, response.content[:300]
+    error = error_of(response)
+    assert (error["param"], error["code"]) == (param, code)
+    assert embedder.calls == []  # nothing embedded
+    assert not await UsageRecord.objects.aexists()  # nor admitted
+
+
+async def test_the_largest_text_the_model_reads_is_embedded(
+    embedder: FakeEmbedder, key: str
+) -> None:
+    text = "w " * embedder.max_tokens
+    response = await embed(key, {"model": EMBEDDING_MODEL, "input": [text, "short"]})
+    assert response.status_code == 200
+    assert embedder.calls == [("passage", 2)]
 
 
 async def test_the_models_list_names_the_embedding_model_too(key: str, settings: Any) -> None:

@@ -254,3 +254,22 @@ async def test_json_replies_are_never_given_a_citation(
     )
     content = response.json()["choices"][0]["message"]["content"]
     assert json.loads(content) == {"cap": "x"}  # the fake's simplest valid JSON, nothing after
+
+
+@pytest.mark.parametrize("size", [5_000, 250_000], ids=["over-the-context", "over-the-chars"])
+async def test_a_question_too_long_for_the_model_is_refused_before_it_is_embedded(
+    key: str, use_engine: Any, no_dispatch: list[object], fake_embedder: Any, size: int
+) -> None:
+    """A 200,000-character question once cost 1.7 GB to embed for retrieval, then got its 400:
+    the context check now comes first (issue #32)."""
+    use_engine(FakeRunner(max_seq_tokens=4096))
+    await index((await upload(key)).json()["id"])
+    fake_embedder.calls.clear()
+    body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "x" * size}]}
+    response = await AsyncClient().post(
+        "/v1/chat/completions", json.dumps(body), content_type="application/json",
+        headers=auth(key),
+    )  # fmt: skip
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert fake_embedder.calls == []
