@@ -285,6 +285,64 @@ async def test_tool_results_and_earlier_calls_reach_the_model_in_qwens_format(
     assert "<user><tool_response>\n4 °C, rain\n</tool_response>" in prompt
 
 
+def earlier_call(arguments: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}},
+        ],
+    }
+
+
+DEEP_ARGUMENTS = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/batches"])
+async def test_deeply_nested_call_arguments_are_a_400_naming_them(
+    engine: FakeEngine, key: str, path: str
+) -> None:
+    """100,000 levels of JSON in an earlier call's arguments raised a RecursionError, a 500
+    (issue #32, finding 5)."""
+    messages = [
+        {"role": "user", "content": "x"},
+        earlier_call(DEEP_ARGUMENTS),
+        {"role": "user", "content": "and now?"},
+    ]
+    body: dict[str, Any] = {"model": MODEL, "messages": messages}
+    if path == "/v1/batches":
+        body = {"requests": [body]}
+    response = await AsyncClient().post(
+        path, data=json.dumps(body), content_type="application/json", headers=headers(key)
+    )
+    assert response.status_code == 400, response.content[:300]
+    error = error_of(response)
+    where = "messages[1].tool_calls[1].function.arguments"
+    assert error["param"] == (where if path.endswith("completions") else f"requests[0].{where}")
+    assert "nested more than 64 levels" in error["message"]
+    assert await ChatSession.objects.acount() == 0
+
+
+async def test_call_arguments_that_are_not_json_are_kept_as_text(
+    engine: FakeEngine, key: str
+) -> None:
+    messages = [
+        {"role": "user", "content": "x"},
+        earlier_call("not json {"),
+        {"role": "user", "content": "and now?"},
+    ]
+    response = await post(key, {"model": MODEL, "messages": messages})
+    assert response.status_code == 200
+    assert '"arguments": "not json {"' in list(engine.runner.prompts)[-1]
+
+
+def test_a_reply_nesting_thousands_of_brackets_in_a_call_stays_text() -> None:
+    raw = '{"name": "f", "arguments": ' + "[" * 5_000 + "]" * 5_000 + "}"
+    text = tools.OPEN + "\n" + raw + "\n" + tools.CLOSE
+    assert tools.read_reply(text, frozenset({"f"}), parallel=True) == (text, [])
+
+
 @pytest.mark.parametrize(
     ("extra", "param"),
     [

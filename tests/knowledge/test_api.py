@@ -273,3 +273,26 @@ async def test_a_question_too_long_for_the_model_is_refused_before_it_is_embedde
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "context_length_exceeded"
     assert fake_embedder.calls == []
+
+
+@pytest.mark.parametrize("method", ["post", "put"])
+async def test_a_3_mb_text_field_beside_the_file_is_a_413_not_a_500(
+    key: str, no_dispatch: list[object], method: str
+) -> None:
+    """A 3 MB `title` (over Django's 2.5 MB for a form's fields) raised RequestDataTooBig, a 500
+    (issue #32, finding 5); the file itself may be larger (the test above)."""
+    target = URL
+    if method == "put":
+        target = f"{URL}/{(await upload(key)).json()['id']}"
+    form = {"file": SimpleUploadedFile("travel.md", POLICY), "title": "t" * (3 * 2**20)}
+    if method == "post":
+        response = await AsyncClient().post(target, form, headers=auth(key))
+    else:
+        body = encode_multipart(BOUNDARY, form)
+        response = await AsyncClient().put(
+            target, body, content_type=MULTIPART_CONTENT, headers=auth(key)
+        )
+    assert response.status_code == 413, response.content[:300]
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "request_too_large"
+    assert await Document.objects.acount() == (1 if method == "put" else 0)
