@@ -380,6 +380,45 @@ async def test_a_required_tools_schema_the_grammar_cannot_enforce_is_refused_by_
     assert "minProperties" in error["message"]
 
 
+async def test_the_issues_hostile_pattern_is_refused_before_anything_runs(
+    engine: FakeEngine, key: str
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"x": {"type": "string", "pattern": "^(a{0,256}){0,256}$"}},
+        "required": ["x"],
+    }
+    response = await post(key, ask("x", response_format=schema_format(schema)))
+    assert response.status_code == 400
+    error = error_of(response)
+    assert (error["code"], error["param"]) == (
+        "unsupported_schema",
+        "response_format.json_schema.schema",
+    )
+    assert "may be empty" in error["message"]
+    assert engine.runner.constraints == []  # it never reached the engine
+
+
+async def test_a_schema_that_refers_to_itself_is_enforced(engine: FakeEngine, key: str) -> None:
+    from tests.inference.test_constraints import NODE
+
+    response = await post(key, ask("a list", response_format=schema_format(NODE)))
+    assert response.status_code == 200, response.content
+    jsonschema.validate(json.loads(response.json()["choices"][0]["message"]["content"]), NODE)
+
+
+async def test_a_reply_whose_grammar_overruns_its_time_is_a_400_naming_why(
+    use_engine: Any, key: str
+) -> None:
+    """The engine ends a constrained request whose grammar takes longer than
+    QASSIST_GRAMMAR_STEP_SECONDS in one step (tests/inference/test_hostile_grammar.py)."""
+    use_engine(FakeRunner(grammar_step_seconds=0.5, grammar_seconds=lambda request: 2.0))
+    response = await post(key, ask("x", response_format={"type": "json_object"}))
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "grammar_too_slow"
+    assert "simplify it" in error_of(response)["message"]
+
+
 # --- logprobs ------------------------------------------------------------------------------
 
 

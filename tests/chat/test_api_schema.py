@@ -85,6 +85,23 @@ DEEP_CALL = json.dumps(
 # that stays under every per-text bound and goes over the request's.
 HUGE_TEXT = json.dumps({"model": "use-multilingual-v3", "input": "a" * 3_900_000}).encode()
 MANY_TEXTS = json.dumps({"model": "use-multilingual-v3", "input": ["a " * 8_000] * 130}).encode()
+# Issue #32: 248 bytes of structured output that held every reply for 24 minutes.
+HOSTILE_SCHEMA = json.dumps(
+    {
+        "model": "smollm2-135m",
+        "messages": [{"role": "user", "content": "x"}],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "a",
+                "schema": {
+                    "type": "object",
+                    "properties": {"x": {"type": "string", "pattern": "^(a{0,256}){0,256}$"}},
+                },
+            },
+        },
+    }
+).encode()
 BAD_BODIES = [
     ("/v1/chat/completions", "deep", DEEP, 400),
     ("/v1/chat/completions", "surrogate", SURROGATE, 400),
@@ -96,6 +113,7 @@ BAD_BODIES = [
     ("/v1/batches", "over_16_mib", padded(SURROGATE_BATCH, 16 * 2**20 + 1), 413),
     ("/v1/chat/completions", "deep_call_arguments", DEEP_CALL, 400),
     ("/v1/batches", "deep_call_arguments", b'{"requests": [' + DEEP_CALL + b"]}", 400),
+    ("/v1/chat/completions", "hostile_pattern", HOSTILE_SCHEMA, 400),
     ("/v1/embeddings", "one_3_9_mb_text", HUGE_TEXT, 400),
     ("/v1/embeddings", "2_mb_of_texts", MANY_TEXTS, 413),
 ]
