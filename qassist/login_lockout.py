@@ -76,9 +76,8 @@ def _known_address(username: str, address: str | None) -> bool:
     if not address:
         return False
     since = timezone.now() - timedelta(days=KNOWN_ADDRESS_DAYS)
-    return AccessLog.objects.filter(
-        username=username, ip_address=address, attempt_time__gte=since
-    ).exists()
+    found = AccessLog.objects.filter(username=username, ip_address=address)
+    return bool(found.filter(attempt_time__gte=since).exists())
 
 
 class LoginLockoutHandler(AxesDatabaseHandler):  # type: ignore[misc]  # axes is untyped
