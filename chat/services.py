@@ -565,6 +565,21 @@ class TurnPlan:
 REPLY_ROOM = 384
 
 
+def _passage_room(plain: list[ChatMessage]) -> int | None:
+    """Tokens left for passages beside the conversation and its reply; None when the
+    conversation alone is already more than admission lets through (characters, then tokens):
+    then nothing is retrieved, the question is not embedded, and admission refuses it. The
+    cheap checks come before the search, not after it (a 200,000-character question once cost
+    1.7 GB to embed before its 400)."""
+    if sum(len(m.content) for m in plain) > int(settings.QASSIST_MAX_CONVERSATION_CHARS):
+        return None
+    from inference.service import get_prompt_counter
+
+    counter = get_prompt_counter()
+    room = counter.max_seq_tokens - counter.count(plain)
+    return room - REPLY_ROOM if room > 0 else None
+
+
 def _with_passages(
     *,
     tenant: Tenant,
@@ -578,10 +593,9 @@ def _with_passages(
     plain = [*history.conversation, ChatMessage("user", content)]
     if not history.knowledge_on or cached_reply_would_answer(tenant=tenant, conversation=plain):
         return plain, None, plain
-    from inference.service import get_prompt_counter
-
-    counter = get_prompt_counter()
-    room = counter.max_seq_tokens - counter.count(plain) - REPLY_ROOM
+    room = _passage_room(plain)
+    if room is None:
+        return plain, None, plain
     passages = knowledge.turn_passages(
         tenant=tenant,
         session_id=session_id,
@@ -1102,16 +1116,16 @@ def api_prepare(
         tenant=tenant, conversation=plain
     ):
         return plain, None, plain
+    room = _passage_room(plain)
+    if room is None:
+        return plain, None, plain
     last = max(i for i, m in enumerate(messages) if m.role == "user")
-    from inference.service import get_prompt_counter
-
-    counter = get_prompt_counter()
     passages = knowledge.turn_passages(
         tenant=tenant,
         session_id=None,
         question=messages[last].content,
         earlier_questions=[m.content for m in messages[:last] if m.role == "user"],
-        token_budget=counter.max_seq_tokens - counter.count(plain) - REPLY_ROOM,
+        token_budget=room,
     )
     if passages is None:
         return plain, None, plain

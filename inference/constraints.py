@@ -9,6 +9,7 @@ a schema keyword silently ignored would let a reply through that does not valida
 from __future__ import annotations
 
 import re
+import re._parser as sre  # type: ignore[import-not-found]  # re's own parser; no stubs
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +59,10 @@ TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", 
 FORMATS = frozenset(
     {"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"}
 )
-# A repetition unrolls into the grammar once per allowed item or character.
+# A repetition unrolls into the grammar once per allowed item or character. In a pattern, the
+# bounds of repetitions nested in one another multiply (the converter unrolls each into nested
+# optional rules, and llama.cpp's grammar keeps a parse stack for every way of splitting the
+# text among them): their product is bounded by the same number.
 MAX_REPEAT = 256
 MAX_SCHEMA_NODES = 2_000
 ANY_VALUE = {"type": ["object", "array", "string", "number", "boolean", "null"]}
@@ -99,9 +103,25 @@ def check_schema(schema: Any) -> dict[str, Any]:
     # "string" or "root" from being taken for the converter's rules of those names.
     defs: dict[str, Any] = {}
     renamed = _prefixed_defs(checked, "def-", defs)
+    renamed = _inline_root_ref(renamed, defs)
     if defs:
         renamed["$defs"] = defs
     return renamed
+
+
+def _inline_root_ref(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A schema that is a reference at its root (`{"$ref": "#/$defs/Node", "$defs": …}`, what
+    pydantic writes for a model that refers to itself) as the definition it names: the
+    converter follows references only below the root, so a recursive one there was always
+    refused. A chain of references that never reaches a schema is refused."""
+    seen: set[str] = set()
+    while "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        if name in seen or name not in defs:
+            raise SchemaNotSupported("$ref", "", "the references only refer to one another")
+        seen.add(name)
+        schema = dict(defs[name])
+    return schema
 
 
 def _check(node: Any, where: str, walk: _Walk) -> dict[str, Any]:
@@ -275,13 +295,16 @@ def _grammar_pattern(pattern: Any, where: str) -> str:
             "pattern", where, "a pattern must be a string anchored with ^ and $"
         )
     try:
-        re.compile(pattern)
+        parsed = sre.parse(pattern)
     except re.error as exc:
         raise SchemaNotSupported(
             "pattern", where, f"pattern is not a regular expression: {exc}"
         ) from None
+    except RecursionError:
+        raise SchemaNotSupported("pattern", where, "the pattern nests too deeply") from None
     if "(?" in pattern:
         raise SchemaNotSupported("pattern", where, "(?…) groups in a pattern are not supported")
+    _check_repetitions(parsed, where)
     out: list[str] = []
     in_class = False
     i = 0
@@ -318,10 +341,53 @@ def _grammar_pattern(pattern: Any, where: str) -> str:
             in_class = False
         out.append(c)
         i += 1
-    for match in re.finditer(r"\{(\d*)(?:,(\d*))?\}", pattern):
-        if any(int(n) > MAX_REPEAT for n in match.groups() if n):
-            raise SchemaNotSupported("pattern", where, f"a repetition above {MAX_REPEAT}")
     return "".join(out)
+
+
+_REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT)
+
+
+def _check_repetitions(parsed: Any, where: str) -> None:
+    """Refuse the repetitions that make llama.cpp's grammar explode (issue #32: a 248-byte
+    request with `^(a{0,256}){0,256}$` held every reply of every tenant for 24 minutes, each
+    character it checked costing more than the one before):
+
+    - a bounded repetition of something that may be empty (`(a{0,9}){0,9}`, `(a?){0,9}`): the
+      text splits among its copies in ever more ways;
+    - bounded repetitions nested in one another whose bounds multiply past MAX_REPEAT
+      (`(a{1,256}){1,256}`), for the same reason. Unbounded ones (`*`, `+`) become a recursive
+      rule and cost nothing of the kind."""
+    stack: list[tuple[Any, int]] = [(parsed, 1)]
+    while stack:
+        items, factor = stack.pop()
+        for op, av in items:
+            if op in _REPEATS:
+                _, high, sub = av
+                if high == sre.MAXREPEAT:
+                    stack.append((sub, factor))
+                    continue
+                if high > 1 and sub.getwidth()[0] == 0:
+                    raise SchemaNotSupported(
+                        "pattern",
+                        where,
+                        "a bounded repetition of something that may be empty (like "
+                        "(a?){0,9}) makes the grammar explode: write it without the empty case",
+                    )
+                if factor * high > MAX_REPEAT:
+                    why = (
+                        f"a repetition above {MAX_REPEAT}"
+                        if factor == 1
+                        else f"repetitions nested in one another may repeat {factor * high:,} "
+                        f"times in all, more than {MAX_REPEAT}"
+                    )
+                    raise SchemaNotSupported("pattern", where, why)
+                stack.append((sub, factor * high))
+            elif op is sre.SUBPATTERN:
+                stack.append((av[3], factor))
+            elif op is sre.BRANCH:
+                stack.extend((branch, factor) for branch in av[1])
+            elif op is sre.ATOMIC_GROUP:
+                stack.append((av, factor))
 
 
 def _check_ref(ref: Any, where: str, walk: _Walk) -> None:

@@ -59,6 +59,10 @@ class Runner(Protocol):
     last_logprobs: dict[str, TokenLogprobs]
     grammar_tokens: int  # tokens sampled under a grammar
     grammar_resamples: int  # of those, the ones a grammar rejected and that were sampled again
+    # A constrained request's grammar may take this long in one step (0: unbounded); after
+    # `execute`, the seconds each constrained request's grammar took in it.
+    grammar_step_seconds: float
+    last_grammar_seconds: dict[str, float]
 
     @property
     def saved_bytes(self) -> int: ...  # host memory held by saved sequences now
@@ -460,6 +464,7 @@ class Engine:
             logger.exception("engine step failed")
             return events + self._fail_batch(out, str(exc))
         decode_seconds = self.runner.last_decode_seconds
+        events += self._grammar_overruns()  # before update: their tokens are not taken
 
         advanced = self.scheduler.update(out, sampled)
         now = time.monotonic()
@@ -622,10 +627,42 @@ class Engine:
 
     def _fail(self, request: Request, message: str) -> Failed:
         """End a started request with `internal`: its sequence's KV is forgotten."""
+        return self._end_with(request, ErrorCode.INTERNAL, f"generation failed: {message}")
+
+    def _end_with(self, request: Request, code: ErrorCode, message: str) -> Failed:
         self.scheduler.finish(request, FinishReason.ERROR)
         self._forget(request)
-        self.stats.count_error(ErrorCode.INTERNAL.value)
-        return Failed(request.request_id, ErrorCode.INTERNAL.value, f"generation failed: {message}")
+        self.stats.count_error(code.value)
+        return Failed(request.request_id, code.value, message)
+
+    def _grammar_overruns(self) -> list[Event]:
+        """A request whose grammar took longer than its budget in this step ends alone, with
+        `grammar_too_slow`; the others of the batch go on (issue #32: one hostile schema held
+        every tenant's replies for 24 minutes)."""
+        budget = self.runner.grammar_step_seconds
+        if budget <= 0:
+            return []
+        events: list[Event] = []
+        for request_id, seconds in self.runner.last_grammar_seconds.items():
+            request = self.scheduler.get(request_id)
+            if seconds <= budget or request is None:
+                continue
+            logger.warning(
+                "request %s: its grammar took %.1f s in one step (budget %.1f s); ended",
+                request_id,
+                seconds,
+                budget,
+            )
+            events.append(
+                self._end_with(
+                    request,
+                    ErrorCode.GRAMMAR_TOO_SLOW,
+                    f"The reply's JSON Schema took {seconds:.1f} s to check one token (the "
+                    f"limit is {budget:g} s): simplify it (fewer nested repetitions and "
+                    "alternatives).",
+                )
+            )
+        return events
 
     def _done(self, request: Request) -> Done:
         self._keep_text(request)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -17,7 +18,7 @@ from typing import Any
 from inference.engine import Engine
 from inference.metrics import record_refusal
 from inference.types import Done, ErrorCode, Event, Failed, FinishReason
-from inference.worker import EngineWorker, Submission
+from inference.worker import EngineWorker, Submission, exit_when_stuck
 
 logger = logging.getLogger(__name__)
 
@@ -100,10 +101,15 @@ class LocalTransport:
 
 class LocalEngineClient:
     def __init__(
-        self, engine_factory: Callable[[], Engine], *, heartbeat_timeout: float = 10.0
+        self,
+        engine_factory: Callable[[], Engine],
+        *,
+        heartbeat_timeout: float = 10.0,
+        stall_after: float = 30.0,
     ) -> None:
         self._factory = engine_factory
         self.heartbeat_timeout = heartbeat_timeout
+        self.stall_after = stall_after
         self.transport = LocalTransport()
         self.worker: EngineWorker | None = None
         self.load_error: str | None = None
@@ -125,7 +131,9 @@ class LocalEngineClient:
 
     def _run(self) -> None:
         try:
-            self.worker = EngineWorker(self._factory(), self.transport)
+            self.worker = EngineWorker(
+                self._factory(), self.transport, stall_after=self.stall_after
+            )
         except BaseException as exc:
             # Whatever ends the factory, a BaseException too (KeyboardInterrupt, SystemExit, a
             # test framework's own outcome exceptions), callers waiting for the engine are told
@@ -135,8 +143,11 @@ class LocalEngineClient:
                 raise
             return
         self._ready.set()
-        self.worker.run_forever()
-        on_disk = self.worker.drain(timeout=10.0)
+        try:
+            self.worker.run_forever()
+            on_disk = self.worker.drain(timeout=10.0)
+        finally:
+            self.worker.finished.set()
         if on_disk:
             logger.info("engine stopped; %d conversations saved on disk", on_disk)
 
@@ -162,11 +173,16 @@ class LocalEngineClient:
             and not self.worker.stop_event.is_set()
         )
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, timeout: float = 15.0, *, exit: Callable[[int], object] = os._exit) -> None:
+        """Drain the engine, waiting at most `timeout`; a step stuck in llama.cpp past that
+        would keep the web process from ever exiting (issue #32: only SIGKILL ended it), so
+        then the process ends here (`exit_when_stuck`)."""
         if self.worker is not None:
             self.worker.stop_event.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive() and self.worker is not None:
+                exit_when_stuck(self.worker, drain_timeout=0.0, exit=exit)
 
     async def _until_ready(self) -> None:
         """Wait for the engine to load, or to fail to, on this event loop: an executor thread
@@ -260,8 +276,8 @@ class LocalEngineClient:
             return {"mode": "embedded", "ok": False, "error": self.load_error}
         if not self._ready.is_set():
             return {"mode": "embedded", "ok": False, "state": "loading"}
-        return {
-            "mode": "embedded",
-            "ok": self.alive,
-            "workers": [self.transport.last_status] if self.transport.last_status else [],
-        }
+        workers = [self.transport.last_status] if self.transport.last_status else []
+        if self.worker is not None:
+            # The watchdog's numbers live: the status is beaten between steps only.
+            workers = [{**(workers[0] if workers else {}), **self.worker.watchdog()}]
+        return {"mode": "embedded", "ok": self.alive, "workers": workers}

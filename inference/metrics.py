@@ -121,6 +121,12 @@ _GAUGES = (
     ("host_cache_entries", "host_cache_entries", "Conversations saved in memory or on disk."),
     ("host_cache_disk_bytes", "host_cache_disk_bytes", "Disk held by saved sequences."),
     ("host_cache_disk_entries", "host_cache_disk_entries", "Conversations saved on disk."),
+    (
+        "engine_step_running_seconds",
+        "step_running_seconds",
+        "How long the engine step running now has run (0 between steps).",
+    ),
+    ("engine_stalled", "stalled", "1 while a step has run past QASSIST_ENGINE_STALL_SECONDS."),
 )
 _COUNTERS = (
     ("engine_steps", "steps", "Engine steps (one llama_decode each)."),

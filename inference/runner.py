@@ -67,6 +67,10 @@ _MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 REPEAT_LAST_N = 64  # generated tokens the repetition penalty looks back on
 
 SHORTLIST = 64  # a grammar-rejected token is sampled again among this many likeliest first
+# Candidates the grammar checks in one call over the whole vocabulary: between two calls a
+# request past its grammar's time budget stops (one call cannot be interrupted).
+GRAMMAR_SLICE = 8_192
+_OVER_BUDGET = -2  # _resample's answer when the grammar ran out of time
 
 # llama_token_data as numpy lays it out: a whole vocabulary of candidates filled by slices.
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -301,6 +305,7 @@ class LlamaRunner:
         max_seq_tokens: int,
         disk_store: DiskKvStore | None = None,
         kv_unified: bool = True,
+        grammar_step_seconds: float = 0.0,
     ) -> None:
         install_log_callback()
         llama_cpp.llama_backend_init()
@@ -309,6 +314,10 @@ class LlamaRunner:
         self.model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mparams)
         if not self.model:
             raise RunnerError(f"llama.cpp could not load the model at {model_path}")
+        # How long one request's grammar may take in one step (0: unbounded); the engine ends a
+        # request over it (`last_grammar_seconds`), and sampling stops short of it here.
+        self.grammar_step_seconds = grammar_step_seconds
+        self.last_grammar_seconds: dict[str, float] = {}
         self.tokenizer = LlamaTokenizer(self.model)
         self.n_vocab = self.tokenizer.n_vocab
 
@@ -478,6 +487,7 @@ class LlamaRunner:
         if status != 0:
             raise RunnerError(f"llama_decode failed with status {status}")
         self.last_logprobs = {}
+        self.last_grammar_seconds = {}
         return {req.request_id: self._sample(req, idx) for req, idx in samples}
 
     def _kv_op(self, op: KvOp, lost: set[int]) -> bool:
@@ -627,6 +637,21 @@ class LlamaRunner:
         only when the grammar rejects it is it sampled again from what the grammar allows
         (`_resample`: the 64 likeliest tokens first, the whole vocabulary — milliseconds on
         150,000 tokens — only when none of them is allowed)."""
+        started = time.perf_counter()
+        budget = self.grammar_step_seconds
+        deadline = started + budget if budget > 0 else math.inf
+        try:
+            return self._constrained_token(req, idx, deadline)
+        finally:
+            self.last_grammar_seconds[req.request_id] = time.perf_counter() - started
+
+    def _constrained_token(self, req: Request, idx: int, deadline: float) -> int:
+        """`_sample_constrained`'s work. Once `deadline` has passed (a grammar whose every
+        check costs more than the last: issue #32) no further grammar call is made: the end
+        token comes back, and the engine ends the request for its `last_grammar_seconds`.
+        One call already running in llama.cpp cannot be cut short; the worker's watchdog
+        reports a step stuck in one."""
+        eos = int(llama_cpp.llama_vocab_eos(self.tokenizer.vocab))
         state = self._constrained.get(req.request_id)
         if state is None:
             assert req.params.constraint is not None
@@ -639,13 +664,21 @@ class LlamaRunner:
         self.grammar_tokens += 1
         if not self._allows(state.grammar, token):
             self.grammar_resamples += 1
-            resampled = self._resample(state, logits, shortlist=self._shortlist_ok(req))
+            if time.perf_counter() > deadline:
+                return eos
+            resampled = self._resample(
+                state, logits, shortlist=self._shortlist_ok(req), deadline=deadline
+            )
+            if resampled == _OVER_BUDGET:
+                return eos
             if resampled is None:
                 # Nothing can follow (a grammar with a dead end): end the reply here rather
                 # than hand llama.cpp a token its grammar would abort on.
                 logger.warning("request %s: its grammar allows no token", req.request_id)
-                return int(llama_cpp.llama_vocab_eos(self.tokenizer.vocab))
+                return eos
             token = resampled
+        if time.perf_counter() > deadline:
+            return eos
         if not self.is_eog(token):
             # The end token ends the request: nothing is sampled after it.
             llama_cpp.llama_sampler_accept(state.grammar, token)
@@ -664,12 +697,18 @@ class LlamaRunner:
         return p.greedy or p.temperature <= 0.0 or 0 < p.top_k <= SHORTLIST
 
     def _resample(
-        self, state: _Constrained, logits: np.ndarray[Any, np.dtype[np.float32]], *, shortlist: bool
+        self,
+        state: _Constrained,
+        logits: np.ndarray[Any, np.dtype[np.float32]],
+        *,
+        shortlist: bool,
+        deadline: float = math.inf,
     ) -> int | None:
         """A token the grammar allows, sampled again with the request's chain (or the best,
         when greedy): first among the `SHORTLIST` likeliest tokens (the grammar checks 64
         candidates, not 150,000), then, when it allows none of them, over the whole
-        vocabulary. None when the grammar allows nothing at all."""
+        vocabulary, a slice at a time, so that a grammar past its `deadline` stops between
+        slices (`_OVER_BUDGET`). None when the grammar allows nothing at all."""
         passes: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
         if shortlist and len(logits) > SHORTLIST:
             ids = np.argpartition(logits, -SHORTLIST)[-SHORTLIST:]
@@ -677,7 +716,8 @@ class LlamaRunner:
         passes.append((self._candidates, self._ids))
         for cand, ids in passes:
             cur = self._fill(cand, ids, logits[ids] if cand is self._short else logits)
-            llama_cpp.llama_sampler_apply(state.grammar, _ref(cur))
+            if not self._apply_grammar(state.grammar, cand, deadline):
+                return _OVER_BUDGET
             allowed = cand["logit"]
             if not np.isfinite(allowed.max()):
                 continue
@@ -686,6 +726,28 @@ class LlamaRunner:
             llama_cpp.llama_sampler_apply(state.chain, _ref(cur))
             return int(cand["id"][cur.selected])
         return None
+
+    @staticmethod
+    def _apply_grammar(
+        grammar: Any, cand: np.ndarray[Any, np.dtype[np.void]], deadline: float
+    ) -> bool:
+        """The grammar applied to `cand` in place (what it rejects gets -inf), `GRAMMAR_SLICE`
+        candidates per call; False when `deadline` passed before the last slice."""
+        data = cand.ctypes.data
+        for start in range(0, len(cand), GRAMMAR_SLICE):
+            if start and time.perf_counter() > deadline:
+                return False
+            size = min(GRAMMAR_SLICE, len(cand) - start)
+            part = llama_cpp.llama_token_data_array(
+                data=ctypes.cast(
+                    data + start * cand.itemsize, ctypes.POINTER(llama_cpp.llama_token_data)
+                ),
+                size=size,
+                selected=-1,
+                sorted=False,
+            )
+            llama_cpp.llama_sampler_apply(grammar, _ref(part))
+        return True
 
     def _fill(
         self,

@@ -67,6 +67,7 @@ def build_engine() -> Engine:
         max_seq_tokens=settings.QASSIST_MAX_SEQ_TOKENS,
         disk_store=_disk_store(model_path),
         kv_unified=settings.QASSIST_KV_UNIFIED,
+        grammar_step_seconds=settings.QASSIST_GRAMMAR_STEP_SECONDS,
     )
     return Engine(
         runner,
@@ -169,7 +170,7 @@ def _make_client() -> EngineClient:
         )
     from inference.local import LocalEngineClient
 
-    client = LocalEngineClient(build_engine)
+    client = LocalEngineClient(build_engine, stall_after=settings.QASSIST_ENGINE_STALL_SECONDS)
     client.start()
     return client
 

@@ -47,6 +47,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_REQUEST = "invalid_request"
     WORKER_DOWN = "worker_down"
     SHUTTING_DOWN = "shutting_down"
+    GRAMMAR_TOO_SLOW = "grammar_too_slow"  # the reply's grammar overran its time in a step
     INTERNAL = "internal"
 
 

@@ -8,9 +8,11 @@ on a thread of the web process in the embedded mode (in-process transport).
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,6 +23,9 @@ logger = logging.getLogger(__name__)
 
 MAX_RECONNECT_WAIT = 2.0  # seconds between attempts while the transport is unreachable
 MAX_CREDITED_WAIT = 600.0  # seconds
+# After a stop was asked and the drain time is up: a step still running this long is stuck in
+# llama.cpp (which no Python code can interrupt), and the process ends without it.
+STUCK_AFTER_DRAIN = 5.0
 
 
 @dataclass(frozen=True)
@@ -97,13 +102,19 @@ class EngineWorker:
         *,
         heartbeat_interval: float = 1.0,
         idle_wait: float = 0.5,
+        stall_after: float = 30.0,
     ) -> None:
         self.engine = engine
         self.transport = transport
         self.heartbeat_interval = heartbeat_interval
         self.idle_wait = idle_wait
+        # The watchdog: a step running this long (0: never) reports the engine stalled.
+        self.stall_after = stall_after
+        self.step_started: float | None = None  # monotonic, while a step runs
+        self._stall_logged = False
         self.draining = False
         self.stop_event = threading.Event()
+        self.finished = threading.Event()  # set by whoever ran the loop, once it ended
         self._last_heartbeat = 0.0
         self.started_at = time.time()
         self.last_progress = time.monotonic()  # when the loop last began an iteration
@@ -115,8 +126,30 @@ class EngineWorker:
         if not self.draining:
             self.admit()
         if self.engine.has_work:
-            self.transport.publish(self.engine.step())
+            self.transport.publish(self._step())
         self.maybe_heartbeat()
+
+    def _step(self) -> list[Event]:
+        self.step_started = time.monotonic()
+        try:
+            return self.engine.step()
+        finally:
+            self.step_started = None
+
+    def watchdog(self, now: float | None = None) -> dict[str, Any]:
+        """How long the step running now has run (0 between steps) and whether that is past
+        `stall_after`: read from any thread, for /healthz and /metrics (issue #32: a step held
+        by one request's grammar for 24 minutes while /healthz said "ok")."""
+        started = self.step_started
+        now = time.monotonic() if now is None else now
+        running = 0.0 if started is None else max(0.0, now - started)
+        stalled = self.stall_after > 0 and running >= self.stall_after
+        if stalled and not self._stall_logged:
+            logger.error(
+                "the engine has been in one step for %.0f s: stalled (every reply waits)", running
+            )
+        self._stall_logged = stalled
+        return {"step_running_seconds": round(running, 1), "stalled": int(stalled)}
 
     def apply_cancellations(self) -> None:
         for request_id in self.transport.cancellations():
@@ -192,6 +225,7 @@ class EngineWorker:
             "status_time": time.time(),  # when they were taken: `queue_slots` count from it
             "slots": self.engine.runner.n_seq_max,
             "draining": self.draining,
+            **self.watchdog(),
             "started_at": self.started_at,
             "time": time.time(),
         }
@@ -206,8 +240,10 @@ class EngineWorker:
                 continue
             try:
                 # The numbers the engine's thread last took: reading the engine's counters
-                # from here, while it steps, could catch a dict changing size.
-                self.transport.heartbeat({**self._snapshot, "time": time.time()})
+                # from here, while it steps, could catch a dict changing size. The watchdog's
+                # are live.
+                beat = {**self._snapshot, "time": time.time(), **self.watchdog()}
+                self.transport.heartbeat(beat)
             except TransportUnavailable:
                 pass  # the loop notices too, ends what it runs and reconnects
             except Exception:
@@ -255,7 +291,7 @@ class EngineWorker:
             self.apply_cancellations()
             if self.engine.num_running == 0:
                 break  # only queued requests are left: they would never start here
-            self.transport.publish(self.engine.step())
+            self.transport.publish(self._step())
             self.maybe_heartbeat()
         self.transport.publish(
             self.engine.fail_all(
@@ -268,3 +304,77 @@ class EngineWorker:
         except Exception:  # a cache: the next run recomputes what it cannot find
             logger.exception("saving kept conversations to disk failed")
             return 0
+
+
+def exit_when_stuck(
+    worker: EngineWorker,
+    *,
+    drain_timeout: float,
+    exit: Callable[[int], object] = os._exit,
+    grace: float = STUCK_AFTER_DRAIN,
+) -> bool:
+    """After a stop was asked: give the loop its drain time; if it has not finished by then
+    and a step has been running `grace` seconds or more, that step is stuck in llama.cpp and
+    never returns. Say so and end the process (`exit(1)`): SIGTERM stops a stuck engine
+    within its drain time, not only SIGKILL. Returns whether it did."""
+    if worker.finished.wait(drain_timeout):
+        return False
+    while not worker.finished.wait(0.5):
+        running = worker.watchdog()["step_running_seconds"]
+        if running >= grace:
+            logger.error(
+                "stopping: the engine has been in one step for %.0f s and cannot drain; "
+                "exiting without it",
+                running,
+            )
+            logging.shutdown()
+            exit(1)
+            return True
+    return False
+
+
+def stop_on_signals(
+    worker: EngineWorker,
+    signals: Iterable[signal.Signals],
+    *,
+    drain_timeout: float,
+    exit: Callable[[int], object] = os._exit,
+) -> threading.Thread:
+    """Stop on `signals` even while the main thread is stuck in a C call. A Python signal
+    handler runs on the main thread between two bytecodes, so a step stuck in llama.cpp kept
+    SIGTERM from ever being handled (issue #32: only SIGKILL ended the process). The
+    interpreter's own C-level handler still runs at once, and writes the signal's number to the
+    wakeup file descriptor: a thread of ours reads it there. The first signal starts the drain
+    (`stop_event`) and ends a stuck process after its drain time; a second exits at once.
+    Call it on the main thread."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    for signum in signals:
+        # What the main thread runs when it gets to it; the thread below does the rest.
+        signal.signal(signum, lambda signum, frame: worker.stop_event.set())
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+
+    def wait() -> None:
+        first = True
+        while True:
+            received = os.read(read_end, 1)
+            if not received:
+                return
+            name = signal.Signals(received[0]).name
+            if not first:
+                logger.warning("signal %s again: exiting now", name)
+                exit(1)
+                return
+            first = False
+            logger.info("signal %s: draining", name)
+            worker.stop_event.set()
+            threading.Thread(
+                target=exit_when_stuck,
+                args=(worker,),
+                kwargs={"drain_timeout": drain_timeout, "exit": exit},
+                daemon=True,
+            ).start()
+
+    thread = threading.Thread(target=wait, name="signals", daemon=True)
+    thread.start()
+    return thread

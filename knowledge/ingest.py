@@ -105,12 +105,16 @@ def _fail(document_id: uuid.UUID, version: int, reason: str) -> None:
 
 
 def _parse(data: bytes, filename: str) -> Parsed:
-    kind = parsers.detect(data, filename)
-    if kind == parsers.PDF:
-        from knowledge.parsers.pdf import parse_pdf
+    """The file parsed in a child process under hard limits (knowledge/parsers/sandbox.py)."""
+    from knowledge.parsers.sandbox import parse_isolated
 
-        return parse_pdf(data, max_pages=int(settings.QASSIST_KNOWLEDGE_MAX_PAGES))
-    return parsers.parse(data, kind)
+    return parse_isolated(
+        data,
+        parsers.detect(data, filename),
+        max_pages=int(settings.QASSIST_KNOWLEDGE_MAX_PAGES),
+        memory_mb=int(settings.QASSIST_KNOWLEDGE_PARSE_MEMORY_MB),
+        seconds=float(settings.QASSIST_KNOWLEDGE_PARSE_SECONDS),
+    )
 
 
 def _embed(

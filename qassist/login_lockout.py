@@ -13,8 +13,12 @@ Three rules, all over the failures of the last QASSIST_LOGIN_LOCKOUT_MINUTES:
   failed for it may try it again only QASSIST_LOGIN_USER_THROTTLE_SECONDS after the username's
   latest failure. The attack's addresses share one slow lane, so a botnet gets about one guess
   per interval however many addresses it has, while an address that has not failed for this
-  username (the person at their own desk) goes straight through. Nothing sleeps on the server:
-  a delay held per request would let an attacker tie up the web process's threads.
+  username (the person at their own desk) goes straight through. An address the username has
+  logged in from (in the last KNOWN_ADDRESS_DAYS) keeps a lane of its own: it waits the
+  interval after its own latest failure, not the attack's, so an owner who mistyped once is
+  not held out by attackers guessing from fresh addresses every few seconds (issue #32: the
+  shared lane never came free). Nothing sleeps on the server: a delay held per request would
+  let an attacker tie up the web process's threads.
 
 Attempts refused while a lock holds are not recorded (AXES_RESET_COOL_OFF_ON_FAILURE_DURING_-
 LOCKOUT is off): trying again during a lockout never extends it. A lock ends by itself, or when
@@ -32,7 +36,7 @@ from typing import Any
 from axes.attempts import get_cool_off_threshold
 from axes.handlers.database import AxesDatabaseHandler
 from axes.helpers import get_client_username, get_cool_off
-from axes.models import AccessAttempt
+from axes.models import AccessAttempt, AccessLog
 from django.conf import settings
 from django.db.models import Max, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse
@@ -64,6 +68,18 @@ def _failures(attempts: QuerySet[AccessAttempt]) -> tuple[int, datetime | None]:
     return int(row["n"] or 0), row["last"]
 
 
+KNOWN_ADDRESS_DAYS = 90
+
+
+def _known_address(username: str, address: str | None) -> bool:
+    """Whether `username` logged in successfully from `address` lately (axes' access log)."""
+    if not address:
+        return False
+    since = timezone.now() - timedelta(days=KNOWN_ADDRESS_DAYS)
+    found = AccessLog.objects.filter(username=username, ip_address=address)
+    return bool(found.filter(attempt_time__gte=since).exists())
+
+
 class LoginLockoutHandler(AxesDatabaseHandler):  # type: ignore[misc]  # axes is untyped
     """Axes' database handler, with the rules above instead of one limit per parameter."""
 
@@ -89,12 +105,11 @@ class LoginLockoutHandler(AxesDatabaseHandler):  # type: ignore[misc]  # axes is
         if throttle and username and pair:
             user, user_last = _failures(recent.filter(username=username))
             lane = timedelta(seconds=float(settings.QASSIST_LOGIN_USER_THROTTLE_SECONDS))
-            if (
-                user_last is not None
-                and user >= settings.AXES_FAILURE_LIMIT
-                and timezone.now() < user_last + lane
-            ):
-                return Lockout(THROTTLE, user_last + lane)
+            if user_last is not None and user >= settings.AXES_FAILURE_LIMIT:
+                # The owner's own address: its own lane, timed from its own latest failure.
+                last = pair_last if _known_address(username, address) else user_last
+                if last is not None and timezone.now() < last + lane:
+                    return Lockout(THROTTLE, last + lane)
         return None
 
     def is_locked(self, request: HttpRequest, credentials: dict[str, Any] | None = None) -> bool:

@@ -300,6 +300,13 @@ QASSIST_CACHED_REPLY_IMPORT_MAX_ROWS = env_int("QASSIST_CACHED_REPLY_IMPORT_MAX_
 # A first-turn question asked this often (per tenant) is listed as a cached-reply candidate.
 QASSIST_CANDIDATE_MIN_COUNT = env_int("QASSIST_CANDIDATE_MIN_COUNT", 2)
 QASSIST_WORKER_HEARTBEAT_SECONDS = env_int("QASSIST_WORKER_HEARTBEAT_SECONDS", 5)
+# A reply held to a JSON Schema or a tool call: its grammar may take this long in one engine
+# step (a whole-vocabulary check takes 0.15-0.35 s on 2 busy cores); past it the request ends
+# alone with `grammar_too_slow` (0: unbounded).
+QASSIST_GRAMMAR_STEP_SECONDS = env_float("QASSIST_GRAMMAR_STEP_SECONDS", 2.0)
+# The watchdog: an engine step running this long marks the engine unhealthy in /healthz and
+# /metrics (a step is about 0.1 s; a long prompt's chunk a second or two on a busy machine).
+QASSIST_ENGINE_STALL_SECONDS = env_float("QASSIST_ENGINE_STALL_SECONDS", 30.0)
 # With several workers, a conversation's next turn waits this long for the worker that holds its
 # history's KV before any other takes it (and computes the history again); 0: any worker at once.
 QASSIST_CONVERSATION_AFFINITY_SECONDS = env_float("QASSIST_CONVERSATION_AFFINITY_SECONDS", 1.0)
@@ -330,6 +337,10 @@ QASSIST_KNOWLEDGE_MAX_FILE_MB = env_int("QASSIST_KNOWLEDGE_MAX_FILE_MB", 50)
 QASSIST_KNOWLEDGE_STORAGE_MB = env_int("QASSIST_KNOWLEDGE_STORAGE_MB", 500)
 QASSIST_ATTACHMENTS_MAX_MB = env_int("QASSIST_ATTACHMENTS_MAX_MB", 20)
 QASSIST_KNOWLEDGE_MAX_PAGES = env_int("QASSIST_KNOWLEDGE_MAX_PAGES", 2000)
+# Each document is parsed in a child process with at most this much memory and time
+# (knowledge/parsers/sandbox.py): a file that needs more fails with a reason, the worker stays.
+QASSIST_KNOWLEDGE_PARSE_MEMORY_MB = env_int("QASSIST_KNOWLEDGE_PARSE_MEMORY_MB", 1024)
+QASSIST_KNOWLEDGE_PARSE_SECONDS = env_float("QASSIST_KNOWLEDGE_PARSE_SECONDS", 300.0)
 # Passages a question is given: at most this many, within this many tokens of the chat model.
 QASSIST_KNOWLEDGE_PASSAGES = env_int("QASSIST_KNOWLEDGE_PASSAGES", 3)
 QASSIST_KNOWLEDGE_PASSAGE_TOKENS = env_int("QASSIST_KNOWLEDGE_PASSAGE_TOKENS", 900)

@@ -113,7 +113,14 @@ async def _engine() -> Part:
         return _failure(exc, ENGINE_TIMEOUT)
     if not isinstance(health, dict):
         return {"ok": False, "error": f"unexpected health report: {health!r}"}
-    return {**health, "ok": bool(health.get("ok"))}
+    part = {**health, "ok": bool(health.get("ok"))}
+    workers = [w for w in health.get("workers") or [] if isinstance(w, dict)]
+    if workers and all(w.get("stalled") for w in workers):
+        # The watchdog: every engine has been in one step past QASSIST_ENGINE_STALL_SECONDS,
+        # so no reply moves (issue #32: /healthz said "ok" through a 24-minute stall).
+        longest = max(float(w.get("step_running_seconds") or 0) for w in workers)
+        part.update(ok=False, error=f"the engine has been in one step for {longest:.0f} s")
+    return part
 
 
 # --- error handlers (qassist/urls.py): JSON for JSON callers, a page for people ---------------

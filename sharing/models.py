@@ -12,7 +12,7 @@ from django.utils import timezone
 class SharedConversation(models.Model):
     """The conversation as it was when shared (the branch shown then, frozen): it does not
     change when the conversation goes on. Visible to the active members of its tenant who have
-    the link, until its owner revokes it or deletes the conversation."""
+    the link, until its owner revokes it, deletes the conversation or leaves the tenant."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")

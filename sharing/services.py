@@ -4,7 +4,8 @@ A share is the owner's choice to show a conversation to the other members of its
 read-only snapshot of the branch shown at that moment (later turns, edits and versions do not
 reach it), opened by link by an active member of the same tenant — anyone else, another
 tenant's member included, gets a 404 like a link that never existed. Its owner revokes it at
-any time; deleting the conversation deletes its shares. The admin never shows snapshots
+any time; deleting the conversation deletes its shares; an owner who leaves the tenant (or
+whose account is switched off) takes their links with them. The admin never shows snapshots
 (docs/privacy.md).
 """
 
@@ -116,13 +117,20 @@ def share_revoke(*, user: User, share_id: uuid.UUID) -> SharedConversation:
 
 def share_for_viewer(*, user: User, share_id: uuid.UUID) -> SharedConversation:
     """A snapshot the user may read: not revoked, of a tenant they are an active member of
-    (an active tenant). Anything else is a 404, never a 403."""
+    (an active tenant), shared by someone who still is one. A departed member cannot revoke
+    their links any more (they cannot sign in), so the links close when they leave, and open
+    again if they come back. Anything else is a 404, never a 403."""
     share = (
         SharedConversation.objects.select_related("tenant", "shared_by")
         .filter(id=share_id, revoked_at__isnull=True, tenant__active=True)
         .first()
     )
-    if share is None or membership_for(user=user, tenant_slug=share.tenant.slug) is None:
+    if (
+        share is None
+        or membership_for(user=user, tenant_slug=share.tenant.slug) is None
+        or not share.shared_by.is_active
+        or membership_for(user=share.shared_by, tenant_slug=share.tenant.slug) is None
+    ):
         raise Http404("No such conversation.")
     return share
 

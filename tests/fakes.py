@@ -172,6 +172,11 @@ class FakeRunner:
     last_logprobs: dict[str, TokenLogprobs] = field(default_factory=dict)
     grammar_tokens: int = 0  # the fake's constrained replies need no second sampling
     grammar_resamples: int = 0
+    grammar_step_seconds: float = 0.0
+    last_grammar_seconds: dict[str, float] = field(default_factory=dict)
+    # What a constrained request's grammar "took" in a step (from its output so far), reported
+    # without sleeping; None: nothing.
+    grammar_seconds: Callable[[Request], float] | None = None
 
     @property
     def saved_bytes(self) -> int:
@@ -307,6 +312,7 @@ class FakeRunner:
         if out.is_empty:
             return {}
         self.last_logprobs = {}
+        self.last_grammar_seconds = {}
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("llama_decode failed with status -3")
@@ -338,7 +344,10 @@ class FakeRunner:
             script = self.reply_tokens(request)
             token = script[min(len(request.output_tokens), len(script) - 1)]
             sampled[request.request_id] = token
-            self.grammar_tokens += request.params.constraint is not None
+            if request.params.constraint is not None:
+                self.grammar_tokens += 1
+                took = self.grammar_seconds(request) if self.grammar_seconds else 0.0
+                self.last_grammar_seconds[request.request_id] = took
             if request.params.logprobs is not None:
                 # The scripted token is the likeliest; made-up alternatives follow it.
                 top = tuple((token + i, -0.25 - 1.5 * i) for i in range(request.params.logprobs))

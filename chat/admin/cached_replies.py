@@ -21,7 +21,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from chat import cached_replies, cached_reply_csv
-from chat.admin.shared import busy
+from chat.admin.shared import busy, readable_ids, reader
+from chat.content_audit import content_search_record
 from chat.models import (
     CachedReply,
     CachedReplyCandidate,
@@ -390,6 +391,19 @@ class CachedReplyCandidateAdmin(TenantScopedAdmin[CachedReplyCandidate]):
                 Q(count__gte=settings.QASSIST_CANDIDATE_MIN_COUNT) | Q(tenant__content_audit=True)
             )
         )
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[CachedReplyCandidate], search_term: str
+    ) -> tuple[QuerySet[CachedReplyCandidate], bool]:
+        # Under a tenant's content audit the list holds its rare questions too (one person's
+        # words): a search through them is a reading of content, logged like one.
+        term = search_term.strip()
+        readable = readable_ids(request)
+        if term and readable:
+            content_search_record(
+                reader=reader(request), tenants=Tenant.objects.filter(id__in=readable), query=term
+            )
+        return super().get_search_results(request, queryset, search_term)
 
     @admin.display(description="draft", ordering="draft_status")
     def draft(self, obj: CachedReplyCandidate) -> str:

@@ -38,6 +38,7 @@ from chat.api.endpoint import (
 from chat.api.views import _sampling
 from chat.batches import BatchError, BatchRequest
 from chat.models import Batch, BatchItem
+from chat.services import ChatError
 from inference.service import engine_mode
 from qassist.json_input import JsonInputError, parse_json
 from tenants.services import Principal
@@ -273,5 +274,10 @@ def _batch_request(where: str, entry: Any) -> BatchRequest:
                 code="unsupported_parameter",
                 param=f"{where}.{name}",
             )
-    messages = structured.engine_messages(body.messages)
+    try:
+        messages = structured.engine_messages(body.messages)
+    except ChatError as exc:
+        raise ApiError(
+            400, f"{where}: {exc.message}", code=exc.code, param=f"{where}.{exc.param}"
+        ) from None
     return BatchRequest(messages=messages, params=_sampling(body), custom_id=custom_id)

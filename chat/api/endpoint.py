@@ -46,6 +46,7 @@ _FAILURE_STATUS = {
     "shutting_down": (503, "server_error"),
     "prompt_too_long": (400, "invalid_request_error"),
     "invalid_request": (400, "invalid_request_error"),
+    "grammar_too_slow": (400, "invalid_request_error"),
 }
 
 

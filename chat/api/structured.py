@@ -82,10 +82,11 @@ def completion_plan(body: schemas.ChatCompletionRequest) -> CompletionPlan:
 
 def engine_messages(messages: Sequence[schemas.ChatMessageIn]) -> list[ChatMessage]:
     """The request's messages as the model reads them: an assistant's calls written after its
-    text, consecutive tool results gathered into one user message (Qwen2.5's template)."""
+    text, consecutive tool results gathered into one user message (Qwen2.5's template).
+    ChatError (400, naming the call) for arguments nested too deep to read."""
     out: list[ChatMessage] = []
     results: list[str] = []
-    for message in messages:
+    for i, message in enumerate(messages):
         if message.role == "tool":
             results.append(message.text)
             continue
@@ -95,7 +96,14 @@ def engine_messages(messages: Sequence[schemas.ChatMessageIn]) -> list[ChatMessa
         text = message.text
         if message.tool_calls:
             calls = [(c.function.name, c.function.arguments) for c in message.tool_calls]
-            text = tools.assistant_text(text, calls)
+            try:
+                text = tools.assistant_text(text, calls)
+            except tools.ArgumentsError as exc:
+                raise ChatError(
+                    "invalid_value",
+                    f"The call's arguments cannot be read: {exc.message}",
+                    param=f"messages[{i}].tool_calls[{exc.index}].function.arguments",
+                ) from None
         out.append(ChatMessage(message.engine_role, text))
     if results:
         out.append(ChatMessage("user", tools.results_text(results)))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.constraints import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from qassist.json_input import JsonInputError, parse_json
 
 OPEN = TOOL_CALL_OPEN.strip()  # "<tool_call>"
 CLOSE = TOOL_CALL_CLOSE.strip()  # "</tool_call>"
@@ -48,17 +49,36 @@ def call_text(name: str, arguments: Any) -> str:
     )
 
 
+class ArgumentsError(ValueError):
+    """A call's arguments that cannot be read back into the conversation: JSON nested deeper
+    than any request may be (qassist.json_input.MAX_DEPTH), or holding a lone surrogate.
+    `index` is the call's place in the message."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.message = message
+
+
 def assistant_text(content: str, calls: Sequence[tuple[str, str]]) -> str:
     """An assistant message with its calls (name, arguments as JSON text), as the model writes
-    them. Arguments that are not JSON are kept as the string they are."""
+    them. Arguments that are not JSON are kept as the string they are; JSON that nothing
+    downstream could handle (100,000 levels deep once raised a RecursionError here, a 500) is
+    ArgumentsError."""
     pieces = [content] if content else []
-    for name, arguments in calls:
-        try:
-            value: Any = json.loads(arguments)
-        except ValueError:
-            value = arguments
+    for i, (name, arguments) in enumerate(calls):
+        value = _arguments_value(i, arguments)
         pieces.append(call_text(name, value))
     return "\n".join(pieces)
+
+
+def _arguments_value(index: int, arguments: str) -> Any:
+    try:
+        return parse_json(arguments)
+    except JsonInputError as exc:
+        if exc.kind == "invalid":
+            return arguments
+        raise ArgumentsError(index, exc.message) from None
 
 
 def results_text(results: Sequence[str]) -> str:
@@ -84,16 +104,18 @@ def parse_call(raw: str, names: frozenset[str]) -> ParsedCall | None:
     """A call's JSON (between the tags), or None when it is not a call to one of `names` with
     an object of arguments."""
     try:
-        data = json.loads(raw)
-    except ValueError:
+        # The model's own text, within max_tokens: still deep enough to exhaust Python's
+        # recursion when a call nests thousands of brackets.
+        data = parse_json(raw)
+    except JsonInputError:
         return None
     if not isinstance(data, dict) or data.get("name") not in names:
         return None
     arguments = data.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
-        except ValueError:
+            arguments = parse_json(arguments)
+        except JsonInputError:
             return None
     if not isinstance(arguments, dict):
         return None

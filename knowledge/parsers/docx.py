@@ -3,7 +3,9 @@
 column names) become blocks, in document order.
 
 A .docx is a ZIP archive, so it is inspected before anything is unpacked: too many entries, an
-entry that expands past the size limit or by an absurd ratio (a zip bomb) is refused.
+entry that expands past the size limit or by an absurd ratio (a zip bomb) is refused, and so is
+one that unpacks to more than its directory says (checked by decompressing it as a stream,
+knowledge/parsers/limits.py): python-docx would otherwise unpack it whole first.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from knowledge.parsers.base import (
     clean_line,
     table_row_text,
 )
+from knowledge.parsers.limits import check_zip_members
 
 MAX_ENTRIES = 2_000
 MAX_UNPACKED_BYTES = 200 * 1024 * 1024
@@ -52,6 +55,7 @@ def check_archive(data: bytes) -> None:
                 f"The Word document would unpack to {total / 1e6:,.0f} MB; the limit is "
                 f"{MAX_UNPACKED_BYTES / 1e6:,.0f} MB."
             )
+        check_zip_members(archive, data, cap=MAX_UNPACKED_BYTES, what="Word document")
 
 
 def parse_docx(data: bytes) -> Parsed:

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from knowledge.parsers.base import Block, Parsed, ParseError, SectionTracker, clean_line, join_lines
+from knowledge.parsers.limits import check_pdf_streams
 from knowledge.parsers.text import heading_level
 
 MAX_PAGES = 2_000
@@ -21,6 +22,7 @@ _LARGER = 1.15  # a line this much larger than the body text is a heading
 
 
 def parse_pdf(data: bytes, *, max_pages: int = MAX_PAGES) -> Parsed:
+    check_pdf_streams(data)  # PDFium would unpack a bomb whole (knowledge/parsers/limits.py)
     import pypdfium2 as pdfium
     import pypdfium2.raw as pdfium_c
 

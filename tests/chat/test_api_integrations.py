@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
 from chat.api import tools
+from chat.api.embeddings import MAX_INPUT_CHARS
 from chat.models import ChatSession
 from knowledge.embeddings import set_embedder
 from tenants.models import ApiKey, Tenant, UsageRecord
@@ -284,6 +285,64 @@ async def test_tool_results_and_earlier_calls_reach_the_model_in_qwens_format(
     assert "<user><tool_response>\n4 °C, rain\n</tool_response>" in prompt
 
 
+def earlier_call(arguments: str) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}},
+        ],
+    }
+
+
+DEEP_ARGUMENTS = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/batches"])
+async def test_deeply_nested_call_arguments_are_a_400_naming_them(
+    engine: FakeEngine, key: str, path: str
+) -> None:
+    """100,000 levels of JSON in an earlier call's arguments raised a RecursionError, a 500
+    (issue #32, finding 5)."""
+    messages = [
+        {"role": "user", "content": "x"},
+        earlier_call(DEEP_ARGUMENTS),
+        {"role": "user", "content": "and now?"},
+    ]
+    body: dict[str, Any] = {"model": MODEL, "messages": messages}
+    if path == "/v1/batches":
+        body = {"requests": [body]}
+    response = await AsyncClient().post(
+        path, data=json.dumps(body), content_type="application/json", headers=headers(key)
+    )
+    assert response.status_code == 400, response.content[:300]
+    error = error_of(response)
+    where = "messages[1].tool_calls[1].function.arguments"
+    assert error["param"] == (where if path.endswith("completions") else f"requests[0].{where}")
+    assert "nested more than 64 levels" in error["message"]
+    assert await ChatSession.objects.acount() == 0
+
+
+async def test_call_arguments_that_are_not_json_are_kept_as_text(
+    engine: FakeEngine, key: str
+) -> None:
+    messages = [
+        {"role": "user", "content": "x"},
+        earlier_call("not json {"),
+        {"role": "user", "content": "and now?"},
+    ]
+    response = await post(key, {"model": MODEL, "messages": messages})
+    assert response.status_code == 200
+    assert '"arguments": "not json {"' in list(engine.runner.prompts)[-1]
+
+
+def test_a_reply_nesting_thousands_of_brackets_in_a_call_stays_text() -> None:
+    raw = '{"name": "f", "arguments": ' + "[" * 5_000 + "]" * 5_000 + "}"
+    text = tools.OPEN + "\n" + raw + "\n" + tools.CLOSE
+    assert tools.read_reply(text, frozenset({"f"}), parallel=True) == (text, [])
+
+
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
@@ -319,6 +378,45 @@ async def test_a_required_tools_schema_the_grammar_cannot_enforce_is_refused_by_
     error = error_of(response)
     assert error["param"] == "tools[0].function.parameters"
     assert "minProperties" in error["message"]
+
+
+async def test_the_issues_hostile_pattern_is_refused_before_anything_runs(
+    engine: FakeEngine, key: str
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"x": {"type": "string", "pattern": "^(a{0,256}){0,256}$"}},
+        "required": ["x"],
+    }
+    response = await post(key, ask("x", response_format=schema_format(schema)))
+    assert response.status_code == 400
+    error = error_of(response)
+    assert (error["code"], error["param"]) == (
+        "unsupported_schema",
+        "response_format.json_schema.schema",
+    )
+    assert "may be empty" in error["message"]
+    assert engine.runner.constraints == []  # it never reached the engine
+
+
+async def test_a_schema_that_refers_to_itself_is_enforced(engine: FakeEngine, key: str) -> None:
+    from tests.inference.test_constraints import NODE
+
+    response = await post(key, ask("a list", response_format=schema_format(NODE)))
+    assert response.status_code == 200, response.content
+    jsonschema.validate(json.loads(response.json()["choices"][0]["message"]["content"]), NODE)
+
+
+async def test_a_reply_whose_grammar_overruns_its_time_is_a_400_naming_why(
+    use_engine: Any, key: str
+) -> None:
+    """The engine ends a constrained request whose grammar takes longer than
+    QASSIST_GRAMMAR_STEP_SECONDS in one step (tests/inference/test_hostile_grammar.py)."""
+    use_engine(FakeRunner(grammar_step_seconds=0.5, grammar_seconds=lambda request: 2.0))
+    response = await post(key, ask("x", response_format={"type": "json_object"}))
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "grammar_too_slow"
+    assert "simplify it" in error_of(response)["message"]
 
 
 # --- logprobs ------------------------------------------------------------------------------
@@ -446,6 +544,41 @@ async def test_an_embeddings_request_it_cannot_serve_is_refused_naming_why(
     if code is not None:
         assert error["code"] == code
     assert embedder.calls == []
+
+
+@pytest.mark.parametrize(
+    ("texts", "status", "param", "code"),
+    [
+        # One text over the characters any text the model reads may have: refused on sight.
+        (["ok", "x" * (MAX_INPUT_CHARS + 1)], 400, "input[1]", "context_length_exceeded"),
+        # Over the model's own maximum of tokens (the fake reads 2,048 words).
+        ("w " * 2_049, 400, "input", "context_length_exceeded"),
+        # Under the limits one by one, over them together.
+        (["w " * 2_000] * 151, 413, "input", "request_too_large"),
+        (["a" * MAX_INPUT_CHARS] * 123, 413, "input", "request_too_large"),
+    ],
+    ids=["chars-per-text", "tokens-per-text", "tokens-per-request", "chars-per-request"],
+)
+async def test_texts_beyond_the_bounds_are_refused_before_any_work(
+    embedder: FakeEmbedder, key: str, texts: Any, status: int, param: str, code: str
+) -> None:
+    """The attack (issue #32): one 3.9 MB string took the web process to 21 GB. Every bound is
+    checked before admission and before the model, cheapest first."""
+    response = await embed(key, {"model": EMBEDDING_MODEL, "input": texts})
+    assert response.status_code == status, response.content[:300]
+    error = error_of(response)
+    assert (error["param"], error["code"]) == (param, code)
+    assert embedder.calls == []  # nothing embedded
+    assert not await UsageRecord.objects.aexists()  # nor admitted
+
+
+async def test_the_largest_text_the_model_reads_is_embedded(
+    embedder: FakeEmbedder, key: str
+) -> None:
+    text = "w " * embedder.max_tokens
+    response = await embed(key, {"model": EMBEDDING_MODEL, "input": [text, "short"]})
+    assert response.status_code == 200
+    assert embedder.calls == [("passage", 2)]
 
 
 async def test_the_models_list_names_the_embedding_model_too(key: str, settings: Any) -> None:

@@ -247,6 +247,79 @@ def test_rare_first_questions_show_only_under_the_audit(admin_client, tenant):
     assert CachedReplyCandidate.objects.count() == 1
 
 
+# --- lookups in the URL (issue #32, finding 3) ------------------------------------------------
+
+# What a list never declared: each answered by its row count, yes or no, one character at a
+# time (a member's 44-character message rebuilt in 622 requests, nothing logged).
+ORACLES = [
+    ("admin:chat_message_changelist", {"content__icontains": "raise"}),
+    ("admin:chat_message_changelist", {"content__gte": "How"}),
+    ("admin:chat_message_changelist", {"content__startswith": "How"}),
+    ("admin:chat_chatsession_changelist", {"title__icontains": "Salary"}),
+    ("admin:chat_chatsession_changelist", {"messages__content__icontains": "raise"}),
+    ("admin:feedback_feedback_changelist", {"comment__icontains": "manager"}),
+    ("admin:feedback_feedback_changelist", {"message__content__icontains": "raise"}),
+    ("admin:chat_cachedreplycandidate_changelist", {"question__icontains": "raise"}),
+    ("admin:chat_cachedreplycandidate_changelist", {"count__lt": "2"}),
+    ("admin:tenants_usagerecord_changelist", {"session__title__icontains": "Salary"}),
+    ("admin:knowledge_document_changelist", {"session__isnull": "False"}),
+]
+
+
+@pytest.mark.parametrize(("url", "lookup"), ORACLES, ids=[str(q) for _, q in ORACLES])
+@pytest.mark.parametrize("audit", [False, True], ids=["audit off", "audit on"])
+def test_a_list_refuses_lookups_it_does_not_declare(
+    tenant_admin, conversation, tenant, url, lookup, audit
+):
+    from feedback.models import Feedback
+
+    Feedback.objects.create(
+        tenant=tenant,
+        message=conversation.messages.get(role="assistant"),
+        user=conversation.user,
+        rating="down",
+        comment="my manager must not see this",
+    )
+    if audit:
+        audit_on(tenant)  # the audit opens pages and the search box, never URL lookups
+    response = client_for(tenant_admin).get(reverse(url), lookup)
+    assert response.status_code == 400
+    assert not shows_text(response.content.decode())
+    assert not ContentRead.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "lookups"),
+    [
+        ("admin:chat_message_changelist", {"role__exact": "user", "session__tenant__id__exact": 0}),
+        ("admin:chat_chatsession_changelist", {"archived__exact": "0", "tenant__id__exact": 0}),
+        ("admin:chat_chatsession_changelist", {"updated_at__gte": "2020-01-01 00:00:00+00:00"}),
+        ("admin:chat_contentread_changelist", {"at__year": "2026", "kind__exact": "search"}),
+        ("admin:feedback_feedback_changelist", {"rating__exact": "down", "tenant__id__exact": 0}),
+        ("admin:chat_cachedreplycandidate_changelist", {"recurring": "all", "promoted": "no"}),
+        ("admin:knowledge_document_changelist", {"status__exact": "ready", "tenant__id__exact": 0}),
+    ],
+)
+def test_the_lists_own_filters_still_work(tenant_admin, tenant, conversation, url, lookups):
+    lookups = {k: tenant.pk if v == 0 else v for k, v in lookups.items()}
+    assert client_for(tenant_admin).get(reverse(url), lookups).status_code == 200
+
+
+def test_with_the_audit_a_search_of_first_questions_is_logged_too(tenant_admin, tenant):
+    from chat.cached_replies import candidate_record
+
+    candidate_record(tenant=tenant, question=SECRET_QUESTION, answer=SECRET_ANSWER)
+    client = client_for(tenant_admin)
+    url = reverse("admin:chat_cachedreplycandidate_changelist")
+    client.get(url, {"recurring": "all", "q": "raise"})
+    assert not ContentRead.objects.exists()  # without the audit, only recurring ones show
+    audit_on(tenant)
+    found = client.get(url, {"recurring": "all", "q": "raise"})
+    assert SECRET_QUESTION in found.content.decode()
+    read = ContentRead.objects.get()
+    assert (read.kind, read.query, read.tenant) == (ContentRead.Kind.SEARCH, "raise", tenant)
+
+
 # --- who switches it --------------------------------------------------------------------
 
 

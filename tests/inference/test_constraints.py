@@ -140,3 +140,79 @@ def test_a_tool_call_is_an_object_naming_the_tool_with_its_own_arguments():
     assert tool_call_schema([Tool("get_time", clock)])["properties"]["name"] == {
         "const": "get_time"
     }
+
+
+# --- patterns that make the grammar explode (issue #32, finding 2) ------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        # The issue's: 248 bytes that held every tenant's replies for 24 minutes.
+        ("^(a{0,256}){0,256}$", "may be empty"),
+        ("^(a?){0,256}$", "may be empty"),
+        ("^(a|b?){0,3}$", "may be empty"),
+        ("^(a*b*){2,5}$", "may be empty"),
+        ("^(a{1,256}){1,256}$", "65,536 times in all"),
+        ("^((a{1,16}){1,16}){1,16}$", "4,096 times in all"),
+        ("^a{300}$", "a repetition above 256"),
+        ("^" + "(" * 3_000 + "a" + ")" * 3_000 + "$", "nests too deeply"),
+    ],
+)
+def test_patterns_whose_grammar_explodes_are_refused_up_front(pattern, why):
+    error = refusal({"type": "object", "properties": {"x": {"type": "string", "pattern": pattern}}})
+    assert error.keyword == "pattern"
+    assert error.where == "/properties/x"
+    assert why in str(error)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "^(a{1,16}){1,16}$",  # 256 in all: as many as one repetition may have
+        "^(\\d{1,3}\\.){3}\\d{1,3}$",
+        "^[a-z]{0,256}$",
+        "^(a+)+$",  # unbounded repetitions are recursive rules: no unrolling, no explosion
+        "^(a*)*$",
+        "^(a{0,256})*$",
+        "^[A-Z]{3}-\\d{3}$",
+    ],
+)
+def test_patterns_with_bounded_repetitions_are_kept(pattern):
+    check_schema({"type": "string", "pattern": pattern})
+
+
+# --- recursive references (issue #32, info) ------------------------------------------------
+
+NODE = {
+    "$defs": {
+        "Node": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "next": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/Node"}]},
+            },
+            "required": ["name", "next"],
+        }
+    },
+    "$ref": "#/$defs/Node",
+}
+
+
+def test_a_schema_that_is_a_recursive_reference_is_its_definition():
+    """What pydantic writes for a model that refers to itself: the converter follows
+    references below the root only, so this was refused every time."""
+    checked = check_schema(NODE)
+    assert "$ref" not in checked
+    assert checked["type"] == "object"
+    assert checked["properties"]["next"]["anyOf"][1] == {"$ref": "#/$defs/def-Node"}
+    assert checked["$defs"]["def-Node"]["properties"]["next"]["anyOf"][1] == {
+        "$ref": "#/$defs/def-Node"
+    }
+
+
+def test_references_that_only_refer_to_one_another_are_refused():
+    error = refusal(
+        {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+    )
+    assert error.keyword == "$ref"

@@ -343,3 +343,14 @@ def llama_cpp_free(sampler: Any) -> None:
     import llama_cpp
 
     llama_cpp.llama_sampler_free(sampler)
+
+
+def test_a_recursive_schema_makes_a_grammar_llama_cpp_takes_and_the_reply_follows_it(engine):
+    from tests.inference.test_constraints import NODE
+
+    params = SamplingParams(max_tokens=200, temperature=0, constraint=constraint(NODE))
+    texts, finish = run_all(engine, {"tree": ("A linked list of two names, as JSON.", params)})
+    if finish["tree"] == "stop":
+        jsonschema.validate(json.loads(texts["tree"]), NODE)
+    else:
+        assert json_prefix(texts["tree"])

@@ -311,3 +311,45 @@ async def test_a_warned_reply_over_rest_carries_the_warning_and_no_citation(
     assert content.startswith("At most EUR 95.\n\n*Not in the documents: 95.")
     assert data["sources"][0]["cited"] is False
     assert data["sources"][0]["quotes"] == []
+
+
+@pytest.mark.parametrize("size", [5_000, 250_000], ids=["over-the-context", "over-the-chars"])
+async def test_a_question_too_long_for_the_model_is_refused_before_it_is_embedded(
+    key: str, use_engine: Any, no_dispatch: list[object], fake_embedder: Any, size: int
+) -> None:
+    """A 200,000-character question once cost 1.7 GB to embed for retrieval, then got its 400:
+    the context check now comes first (issue #32)."""
+    use_engine(FakeRunner(max_seq_tokens=4096))
+    await index((await upload(key)).json()["id"])
+    fake_embedder.calls.clear()
+    body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "x" * size}]}
+    response = await AsyncClient().post(
+        "/v1/chat/completions", json.dumps(body), content_type="application/json",
+        headers=auth(key),
+    )  # fmt: skip
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert fake_embedder.calls == []
+
+
+@pytest.mark.parametrize("method", ["post", "put"])
+async def test_a_3_mb_text_field_beside_the_file_is_a_413_not_a_500(
+    key: str, no_dispatch: list[object], method: str
+) -> None:
+    """A 3 MB `title` (over Django's 2.5 MB for a form's fields) raised RequestDataTooBig, a 500
+    (issue #32, finding 5); the file itself may be larger (the test above)."""
+    target = URL
+    if method == "put":
+        target = f"{URL}/{(await upload(key)).json()['id']}"
+    form = {"file": SimpleUploadedFile("travel.md", POLICY), "title": "t" * (3 * 2**20)}
+    if method == "post":
+        response = await AsyncClient().post(target, form, headers=auth(key))
+    else:
+        body = encode_multipart(BOUNDARY, form)
+        response = await AsyncClient().put(
+            target, body, content_type=MULTIPART_CONTENT, headers=auth(key)
+        )
+    assert response.status_code == 413, response.content[:300]
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "request_too_large"
+    assert await Document.objects.acount() == (1 if method == "put" else 0)

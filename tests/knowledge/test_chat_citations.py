@@ -56,3 +56,18 @@ def sync(function: Any) -> Any:
     from channels.db import database_sync_to_async
 
     return database_sync_to_async(function)
+
+
+async def test_a_question_too_long_for_the_model_is_refused_before_it_is_embedded(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any, fake_embedder: Any
+) -> None:
+    """Issue #32: retrieval embedded a question of any length before the context check."""
+    use_engine(FakeRunner(max_seq_tokens=4096))
+    await sync(upload)(tenant, "travel-policy.md", POLICY)
+    fake_embedder.calls.clear()
+    socket = await connected_as(member)
+    await socket.send_json_to({"type": "chat.send", "session": None, "content": "x" * 5_000})
+    frame = await socket.receive_json_from(timeout=5)
+    assert (frame["type"], frame["code"]) == ("error", "prompt_too_long")
+    assert fake_embedder.calls == []
+    await socket.disconnect()

@@ -4,13 +4,16 @@ refused with a reason a person can act on, and chunks follow the document's stru
 from __future__ import annotations
 
 import io
+import tracemalloc
 import zipfile
 
 import pytest
 
+from bench.attacks import flate_bomb_pdf, understated_docx
 from knowledge.chunking import chunk_blocks
 from knowledge.parsers import ParseError, detect, parse
 from knowledge.parsers.base import Block, Parsed
+from knowledge.parsers.limits import PDF_MAX_STREAM_BYTES, check_pdf_streams
 from tests.knowledge.conftest import corpus_file
 
 
@@ -145,3 +148,35 @@ def test_a_long_chinese_paragraph_is_cut_at_sentence_ends() -> None:
     for chunk in chunks:
         assert chunk.text.endswith("。")
         assert chunk.headings == ("休假",)
+
+
+# --- decompression bombs (issue #32, finding 4) -------------------------------------------
+
+
+def test_a_docx_whose_archive_understates_a_part_is_refused_before_it_is_unpacked() -> None:
+    """The directory says 1,000 bytes, the part is 64 MB: python-docx unpacked it whole (146 MB
+    here, 2.4 GB for the issue's 1 GiB) before the size was found wrong. Now the part is
+    decompressed as a stream and counted, a megabyte at a time."""
+    data = understated_docx(64 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ParseError, match="unpacks to more than its archive says"):
+            parse(data, "docx")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.0f} MB"
+
+
+def test_a_pdf_stream_expanding_past_the_cap_is_refused_before_pdfium_opens_it() -> None:
+    data = flate_bomb_pdf(PDF_MAX_STREAM_BYTES + (1 << 20))
+    assert len(data) < 200_000
+    with pytest.raises(ParseError, match="decompression bomb"):
+        parse(data, "pdf")
+
+
+def test_streams_within_the_cap_and_a_real_pdf_are_let_through() -> None:
+    check_pdf_streams(flate_bomb_pdf(1 << 20), cap=2 << 20)
+    check_pdf_streams(corpus_file("acme/expenses.pdf"))
+    with pytest.raises(ParseError):
+        check_pdf_streams(flate_bomb_pdf(3 << 20), cap=2 << 20)

@@ -102,6 +102,36 @@ def test_a_username_failing_from_many_addresses_is_slowed_there_only(member: Use
     assert attempt("/accounts/login/", "member", "wrong", ip=botnet[1]) == 429
 
 
+def test_the_owners_own_address_keeps_its_own_lane_while_attackers_hold_the_shared_one(
+    member: User,
+) -> None:
+    """Issue #32: an attacker guessing every 4 s from fresh addresses kept the owner, who had
+    mistyped once, out for 60 s and more; the owner got in only from a new address."""
+    assert attempt("/accounts/login/", "member", PASSWORD, ip=B) == 302  # B: the owner's desk
+    botnet = [f"192.0.2.{i}" for i in range(1, 200)]
+    fresh = iter(botnet[1:])
+    assert attempt("/accounts/login/", "member", "wrong", ip=botnet[0]) == 200
+    for _ in range(9):
+        assert attempt("/accounts/login/", "member", "wrong", ip=next(fresh)) == 200
+    assert attempt("/accounts/login/", "member", "wrong", ip=B) == 200  # the owner mistypes
+    for _ in range(4):  # 16 s of the attack: a fresh address every 4 s keeps the lane shut
+        earlier(seconds=4)
+        assert attempt("/accounts/login/", "member", "wrong", ip=next(fresh)) == 200
+        assert attempt("/accounts/login/", "member", "wrong", ip=botnet[0]) == 429
+    # 16 s after the owner's own typo, the owner's own lane is free: in at once.
+    assert attempt("/accounts/login/", "member", PASSWORD, ip=B) == 302
+
+
+def test_the_owners_own_lane_still_waits_after_its_own_typo(member: User) -> None:
+    assert attempt("/accounts/login/", "member", PASSWORD, ip=B) == 302
+    for i in range(10):
+        assert attempt("/accounts/login/", "member", "wrong", ip=f"192.0.2.{i + 1}") == 200
+    assert attempt("/accounts/login/", "member", "wrong", ip=B) == 200
+    assert attempt("/accounts/login/", "member", PASSWORD, ip=B) == 429  # its own 10 s
+    earlier(seconds=11)
+    assert attempt("/accounts/login/", "member", PASSWORD, ip=B) == 302
+
+
 def test_the_lockout_page_says_how_long_and_who_can_lift_it(member: User) -> None:
     for _ in range(10):
         attempt("/accounts/login/", "member", "wrong")

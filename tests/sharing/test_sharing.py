@@ -95,6 +95,30 @@ def test_another_tenants_member_an_ex_member_and_a_stranger_get_a_404(
     assert logged_in(member).get(url).status_code == 404
 
 
+@pytest.mark.parametrize("how", ["membership removed", "account switched off"])
+def test_a_departed_members_links_close_and_open_again_if_they_return(member, owner, tenant, how):
+    """Issue #32: a departed member's link still opened for their colleagues, and nobody could
+    close it any more (its owner cannot sign in; the admin never shows snapshots)."""
+    session = conversation(member, tenant, ("Where is the VPN guide?", "On the intranet."))
+    url = share(logged_in(member), session).json()["share"]["url"]
+    colleague = logged_in(owner)
+    assert colleague.get(url).status_code == 200
+    if how == "membership removed":
+        membership = Membership.objects.get(user=member, tenant=tenant)
+        role = membership.role
+        membership.delete()
+    else:
+        member.is_active = False
+        member.save()
+    assert colleague.get(url).status_code == 404
+    if how == "membership removed":
+        Membership.objects.create(user=member, tenant=tenant, role=role)
+    else:
+        member.is_active = True
+        member.save()
+    assert colleague.get(url).status_code == 200
+
+
 def test_a_revoked_link_is_a_404_and_only_its_owner_revokes_it(member, owner, tenant):
     session = conversation(member, tenant, ("Q", "A"))
     data = share(logged_in(member), session).json()["share"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from types import FrameType
 from typing import Any
 
 from django.conf import settings
@@ -13,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from inference.service import build_engine
 from inference.transport import RedisWorkerTransport
-from inference.worker import EngineWorker
+from inference.worker import EngineWorker, stop_on_signals
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +47,10 @@ class Command(BaseCommand):
             affinity=settings.QASSIST_CONVERSATION_AFFINITY_SECONDS,
             heartbeat_timeout=settings.QASSIST_WORKER_HEARTBEAT_SECONDS,
         )
-        worker = EngineWorker(engine, transport)
-
-        def stop(signum: int, frame: FrameType | None) -> None:
-            logger.info("signal %s: draining", signal.Signals(signum).name)
-            worker.stop_event.set()
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        worker = EngineWorker(engine, transport, stall_after=settings.QASSIST_ENGINE_STALL_SECONDS)
+        # SIGTERM and Ctrl-C stop the worker even while a step is stuck in llama.cpp.
+        stop_signals = (signal.SIGTERM, signal.SIGINT)
+        stop_on_signals(worker, stop_signals, drain_timeout=options["drain_timeout"])
         floor = f"streams kept at {settings.QASSIST_MIN_STREAM_SPEED:g} tokens/s or more"
         if settings.QASSIST_MIN_STREAM_SPEED > 0 and settings.QASSIST_TTFT_TARGET_SECONDS > 0:
             floor += (
@@ -78,4 +73,5 @@ class Command(BaseCommand):
             transport.retire()
             transport.close()
             engine.runner.close()
+            worker.finished.set()
         self.stdout.write(f"inference worker stopped; {on_disk} conversations saved on disk")
