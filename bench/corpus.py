@@ -25,6 +25,7 @@ import argparse
 import bisect
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -1074,9 +1075,9 @@ def build(seed: int = SEED) -> Corpus:
     docs: list[Doc] = []
     topics: list[Topic] = []
 
-    def emit(kind: str, lang: str, make) -> None:  # type: ignore[no-untyped-def]
+    def emit(kind: str, lang: str, make: Callable[..., str], *args: str) -> None:
         w = Writer(rng, lang)
-        title = make(w)
+        title = make(w, *args)
         doc = Doc(f"{len(docs):03d}-{kind}-{slug(title)[:40]}.md", title, lang)
         for heading, text, facts in w.sections:
             doc.sections.append((heading, text))
@@ -1084,29 +1085,28 @@ def build(seed: int = SEED) -> Corpus:
         docs.append(doc)
 
     for city, country, cur in OFFICES_EN:
-        emit("office", "en", lambda w, a=(city, country, cur): office_en(w, *a))
+        emit("office", "en", office_en, city, country, cur)
     for city, pinyin in OFFICES_ZH:
-        emit("office", "zh", lambda w, a=(city, pinyin): office_zh(w, *a))
+        emit("office", "zh", office_zh, city, pinyin)
     sites = [(c, "en", c) for c, _, _ in OFFICES_EN] + [(z, "zh", p) for z, p in OFFICES_ZH]
     for i in range(60):
         city, lang, latin = sites[(i * 7) % len(sites)]
         code = f"{latin[:3].upper()}-{i + 1:02d}"
-        make = warehouse_zh if lang == "zh" else warehouse
-        emit("warehouse", lang, lambda w, a=(code, city), m=make: m(w, *a))
+        emit("warehouse", lang, warehouse_zh if lang == "zh" else warehouse, code, city)
     names = [f"{a} {b}" for a, b in itertools.product(CODENAMES, ["One", "Two", "North", "East"])]
     for name in rng.sample(names, 100):
-        emit("project", "en", lambda w, n=name: project(w, n, rng.choice(PROJECT_KINDS)))
-    for name, s in SYSTEMS:
-        emit("it", "en", lambda w, a=(name, s): it_system(w, *a))
+        emit("project", "en", project, name, rng.choice(PROJECT_KINDS))
+    for name, system_slug in SYSTEMS:
+        emit("it", "en", it_system, name, system_slug)
     for country, cur in COUNTRIES:
-        emit("benefits", "en", lambda w, a=(country, cur): benefits(w, *a))
+        emit("benefits", "en", benefits, country, cur)
     emit("benefits", "zh", benefits_zh)
     for region in REGIONS:
-        emit("travel", "en", lambda w, r=region: travel(w, r))
+        emit("travel", "en", travel, region)
     for dept in DEPARTMENTS:
-        emit("department", "en", lambda w, d=dept: department(w, d))
+        emit("department", "en", department, dept)
     for customer in CUSTOMERS:
-        emit("account", "en", lambda w, c=customer: account(w, c))
+        emit("account", "en", account, customer)
     return Corpus(docs, topics)
 
 
@@ -1146,8 +1146,8 @@ class QuestionDraw:
         random.Random(seed + 2).shuffle(order)  # rank -> topic: hot topics spread over docs
         self.ranked = order
         self.exponent = zipf_exponent(len(order), 0.1, hot_share)
-        weights = [r**-self.exponent for r in range(1, len(order) + 1)]
-        self._cumulative = list(itertools.accumulate(weights))
+        weights = [float(r**-self.exponent) for r in range(1, len(order) + 1)]
+        self._cumulative: list[float] = list(itertools.accumulate(weights))
         self._asked: set[str] = set()
         self._by_doc: dict[int, list[int]] = {}
         for i, topic in enumerate(corpus.topics):
@@ -1160,8 +1160,8 @@ class QuestionDraw:
     def _phrase(self, topic: int, follow_up: bool) -> Question | None:
         t = self.corpus.topics[topic]
         zh = t.lang == "zh"
-        openings = OPENINGS_ZH if zh else OPENINGS_EN
-        closings = CLOSINGS_ZH if zh else CLOSINGS_EN
+        openings: tuple[str, ...] = OPENINGS_ZH if zh else OPENINGS_EN
+        closings: tuple[str, ...] = CLOSINGS_ZH if zh else CLOSINGS_EN
         if follow_up:
             openings = ("还有，", "另外，", "那么，") if zh else ("Thanks. And ", "And ", "Also, ")
         for _ in range(40):
