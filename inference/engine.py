@@ -24,7 +24,7 @@ from inference.scheduler import (
     SchedulerOutput,
     SpillSpan,
 )
-from inference.speed import Slot, SpeedGovernor, fill, worth_retelling
+from inference.speed import Slot, SpeedGovernor, fill, prefill_waits, worth_retelling
 from inference.stats import EngineStats
 from inference.types import (
     ChatMessage,
@@ -572,6 +572,10 @@ class Engine:
         # What the shared queue may count on, after this engine's own waiting requests: the web
         # process estimates a queued client's wait from it (`inference.transport`).
         behind = fill(slots, self.num_waiting)[1] if slots is not None else None
+        prompts = self._prefill_waits([*self.scheduler.waiting, None])
+        if behind is not None and prompts:
+            # Nobody behind gets a first word before the prompts ahead of them are computed.
+            behind = [(max(t, prompts[-1]), hold) for t, hold in behind]
         return {
             "running": self.num_running,
             "waiting": self.num_waiting,
@@ -985,6 +989,10 @@ class Engine:
             return events
         slots = self.queue_slots(time.monotonic())
         starts = fill(slots, len(waiting))[0] if slots is not None else []
+        prompts = self._prefill_waits(waiting)
+        if starts and prompts:
+            # A first word needs a sequence and the prompts ahead (and its own) computed.
+            starts = [max(t, p) for t, p in zip(starts, prompts, strict=True)]
         for position, request in enumerate(waiting, start=1):
             if request.prefill_only:
                 continue  # the engine's own work: nobody to tell
@@ -996,6 +1004,21 @@ class Engine:
         return events
 
     # --- the floor's yield and estimated waits ------------------------------------------------
+
+    def _prefill_waits(self, waiting: Sequence[Request | None]) -> list[float]:
+        """When each waiting request's prompt will have been computed (`speed.prefill_waits`:
+        the admitted prompts' backlog, then each waiting prompt's uncached tokens, in queue
+        order; None: one more after them, with nothing of its own), or [] before the prompt
+        cost is known. Background work's prompts go after every reply's: they add nothing
+        ahead of one."""
+        per_token = self.governor.prompt_seconds()
+        if per_token is None:
+            return []
+        scheduler = self.scheduler
+        prompts = [
+            0 if r is None or r.background else scheduler.uncached_estimate(r) for r in waiting
+        ]
+        return prefill_waits(scheduler.prefill_backlog(), prompts, per_token)
 
     def note_waiting_elsewhere(self, since: float | None) -> None:
         """The worker tells since when (on this engine's clock, `time.monotonic()`) the oldest
