@@ -680,6 +680,20 @@ class Engine:
                 dropped,
             )
 
+    def compute_passages(self, sets: Sequence[PassageSet], *, max_steps: int = 1_000_000) -> int:
+        """Take in `sets` and compute every queued passage now, stepping the engine until none
+        is left (a tool's way, bench/rag_eval's, to ask its questions with every passage's KV
+        precomputed, as an idle engine would have). How many passages are kept then."""
+        if self.scheduler.spans is None:
+            return 0
+        self.sync_passages(sets)
+        for _ in range(max_steps):
+            self._start_warm()
+            if not self._warming and not len(self.warm_queue):
+                break
+            self.step()
+        return len(self.scheduler.spans)
+
     def _start_warm(self) -> None:
         """Queue the next passages to compute as the engine's own background requests: a few
         at a time, so they never fill the queue that replies wait in."""

@@ -359,3 +359,15 @@ def test_without_a_model_that_can_move_keys_passages_are_computed() -> None:
     assert text_of(events, "q") == "echo: " + question(HOTEL)
     assert runner.placements == []
     assert runner.span_saves == []
+
+
+def test_a_tool_computes_every_listed_passage_before_it_asks() -> None:
+    runner = FakeRunner(n_seq_max=4)
+    engine = engine_for(runner)
+    kept = engine.compute_passages([PassageSet("eval", 1, (SYSTEM,), (HOTEL, VPN), (HOTEL, VPN))])
+    assert kept == 2
+    assert engine.stats.passages_computed == 2
+    assert not engine.has_work
+    ask(engine, "q", question(HOTEL, VPN), tenant="eval")
+    run(engine)
+    assert len(runner.placements) == 2
