@@ -6,15 +6,25 @@ Pure Python. The runner is injected: `inference.runner.LlamaRunner` in productio
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from inference.output import TextStream
-from inference.scheduler import DropSaved, SaveKv, Scheduler, SchedulerOutput
-from inference.speed import Slot, SpeedGovernor, fill, worth_retelling
+from inference.passages import MIN_SPAN_TOKENS, WarmJob, WarmQueue, span_key
+from inference.scheduler import (
+    DropSaved,
+    DropSpan,
+    PlaceSpan,
+    SaveKv,
+    Scheduler,
+    SchedulerOutput,
+    SpillSpan,
+)
+from inference.speed import Slot, SpeedGovernor, fill, prefill_waits, worth_retelling
 from inference.stats import EngineStats
 from inference.types import (
     ChatMessage,
@@ -32,6 +42,7 @@ from inference.types import (
     Request,
     RestoreFailed,
     SamplingParams,
+    Span,
     TokenLogprobs,
     TrustMap,
     failed,
@@ -46,6 +57,29 @@ logger = logging.getLogger(__name__)
 # (longer is a stall: a garbage collection, a slow Redis, not the cost of a step).
 MAX_LOOP_GAP = 0.1
 TYPICAL_WEIGHT = 0.1  # share of the latest finished reply in the typical reply length
+WARM_PREFIX = "passage-kv-"  # ids of the engine's own requests that compute a passage's KV
+WARM_AT_ONCE = 2  # such requests queued or running at once (background: on spare sequences)
+SYNC_SECONDS = 10.0  # an idle engine asks the documents' index for new passages this often
+
+# Where a user message's passages are: (start, end) character offsets in its content.
+PassageFinder = Callable[[str], Sequence[tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class PassageSet:
+    """A tenant's passages as its documents' index lists them (`PassageSource`): the opening
+    messages questions about them start with, the texts to compute (the knowledge base's, most
+    useful first) and every text still in use (attachments too); what is not is dropped."""
+
+    tenant: str
+    version: int
+    opening: tuple[ChatMessage, ...]
+    warm: tuple[str, ...]
+    live: tuple[str, ...]
+
+
+# The index's passages of the tenants whose documents changed since the versions given.
+PassageSource = Callable[[dict[str, int]], Sequence[PassageSet]]
 
 
 class Runner(Protocol):
@@ -63,14 +97,23 @@ class Runner(Protocol):
     # `execute`, the seconds each constrained request's grammar took in it.
     grammar_step_seconds: float
     last_grammar_seconds: dict[str, float]
+    passage_kv: bool  # the runner can place passage KV at other positions (`PlaceSpan`)
 
     @property
     def saved_bytes(self) -> int: ...  # host memory held by saved sequences now
     @property
     def disk_bytes(self) -> int: ...  # disk held by saved sequences now
 
+    @property
+    def span_bytes(self) -> int: ...  # host memory held by passages' KV
+    @property
+    def span_disk_bytes(self) -> int: ...  # disk held by passages' KV
+
     def disk_entries(self) -> list[tuple[str, list[int], str]]: ...  # (tenant, tokens, key)
     def bind_disk_entry(self, key: str, entry: int | None) -> None: ...
+    # Passages an earlier run left on disk: (tenant, key, tokens, start, file name).
+    def span_files(self) -> list[tuple[str, str, list[int], int, str]]: ...
+    def bind_span_file(self, name: str, entry: int | None) -> None: ...
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> list[PromptPart]: ...
     def tokenize_parts(
@@ -114,11 +157,23 @@ class Engine:
         park_idle_steps: int = 0,
         compact_kv: bool = True,
         max_prefill_backlog: int | None = None,
+        passage_kv: bool = False,
+        passage_cache_bytes: int = 256 * 1024 * 1024,
+        passage_disk_bytes: int = 0,
+        passage_recompute: int = 0,
+        find_passages: PassageFinder | None = None,
+        passage_source: PassageSource | None = None,
     ) -> None:
         self.runner = runner
         self.max_wait = max_wait
         host_tokens = host_cache_bytes // max(1, runner.kv_bytes_per_token)
         disk_tokens = host_disk_bytes // max(1, runner.kv_bytes_per_token)
+        # Passage KV computed once (`inference.passages`): only where the runner can move keys
+        # and the knowledge app says where passages are.
+        passages_on = passage_kv and runner.passage_kv and find_passages is not None
+        if passage_kv and not passages_on:
+            logger.warning("passage KV is off: this model's keys cannot be moved, or no finder")
+        span_tokens = passage_cache_bytes // max(1, runner.kv_bytes_per_token)
         # Keep one batch of cells spare: llama.cpp places a whole micro-batch at once.
         self.scheduler = Scheduler(
             n_seq_max=runner.n_seq_max,
@@ -134,7 +189,18 @@ class Engine:
             compact=compact_kv,
             shared_pool=runner.kv_unified,
             max_prefill_backlog=max_prefill_backlog,
+            span_cache_tokens=max(1, span_tokens) if passages_on else 0,
+            span_disk_tokens=passage_disk_bytes // max(1, runner.kv_bytes_per_token),
+            span_recompute=passage_recompute,
         )
+        self.find_passages = find_passages if passages_on else None
+        self.passage_source = passage_source if passages_on else None
+        self.warm_queue = WarmQueue()
+        self._warming: dict[str, WarmJob] = {}  # request id -> the passage it computes
+        self._warm_ids = itertools.count(1)
+        self._synced: dict[str, int] = {}  # tenant -> the index version last taken in
+        self._last_sync = float("-inf")
+        self._anchor_len = 0  # of the request being made (`_keyed_spans`)
         ceiling = self.scheduler.max_running
         # Between `initial_running` (16) and the context's sequences: the floor decides how many
         # more than 16 run, never fewer (on a slow or shared machine, fewer would only make
@@ -165,6 +231,7 @@ class Engine:
         self._last_step_end = 0.0
         self._followed = False  # the previous step left work: the next one followed at once
         self._adopt_disk_entries()
+        self._adopt_span_files()
 
     def _adopt_disk_entries(self) -> None:
         """Conversations an earlier run of this model left on disk come back as host entries
@@ -177,6 +244,17 @@ class Engine:
             adopted += entry is not None
         if adopted:
             logger.info("%d saved conversations found on disk", adopted)
+
+    def _adopt_span_files(self) -> None:
+        """Passages an earlier run of this model computed come back (the files of a model or
+        layout of another fingerprint were never found: `inference.kvdisk`)."""
+        adopted = 0
+        for tenant, key, tokens, start, name in self.runner.span_files():
+            entry = self.scheduler.adopt_span(tenant, key, tokens, start)
+            self.runner.bind_span_file(name, entry)
+            adopted += entry is not None
+        if adopted:
+            logger.info("%d passages' KV found on disk", adopted)
 
     # --- requests in and out -----------------------------------------------------------------
 
@@ -246,8 +324,9 @@ class Engine:
             raise EngineError(
                 ErrorCode.INVALID_REQUEST, f"cannot format the conversation: {exc}"
             ) from exc
+        parts, first_user = self._mark_passages(messages, parts)
         text = prompt_text(parts)
-        prompt = self._tokenize_prompt(parts, text, tenant)
+        prompt, spans = self._tokenize_prompt(parts, text, tenant)
         limit = self.runner.max_seq_tokens
         if len(prompt) >= limit:
             raise EngineError(
@@ -267,9 +346,108 @@ class Engine:
             prompt_parts=parts,
             background=background,
             tenant=tenant,
+            spans=self._keyed_spans(parts[:first_user], prompt, spans, tenant),
+            anchor=self._anchor_len,
         )
 
-    def _tokenize_prompt(self, parts: list[PromptPart], text: str, tenant: str = "") -> list[int]:
+    # --- passages in prompts ------------------------------------------------------------------
+
+    def _mark_passages(
+        self, messages: Sequence[ChatMessage], parts: list[PromptPart]
+    ) -> tuple[list[PromptPart], int]:
+        """The prompt's parts with each user message's passages (as `find_passages` finds them)
+        made parts of their own, and where the first user message's content starts (the parts
+        before it are the anchor every passage's KV is computed after)."""
+        if self.find_passages is None:
+            return parts, 0
+        contents = [m for m in messages if m.content]  # the untrusted parts, in order
+        if len(contents) != sum(not p.trusted for p in parts):
+            return parts, 0  # a template that splits contents: no passages then
+        out: list[PromptPart] = []
+        first_user = -1
+        i = 0
+        for part in parts:
+            if part.trusted:
+                out.append(part)
+                continue
+            message = contents[i]
+            i += 1
+            if message.role != "user":
+                out.append(part)
+                continue
+            if first_user < 0:
+                first_user = len(out)
+            at = 0
+            for start, end in self.find_passages(part.text):
+                if not at <= start < end <= len(part.text):
+                    break  # not in order: the rest stays text
+                if start > at:
+                    out.append(PromptPart(part.text[at:start], False))
+                out.append(PromptPart(part.text[start:end], False, passage=True))
+                at = end
+            if at < len(part.text):
+                out.append(PromptPart(part.text[at:], False))
+        return out, max(first_user, 0)
+
+    def _tokenize_split(
+        self, parts: Sequence[PromptPart], *, continuation: bool, offset: int
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        """Tokens of `parts` and where their passages are in them ((start, length), counted
+        from `offset`). Every part is tokenised on its own anyway (trust differs between
+        them); a passage then has the same tokens in every prompt."""
+        if not any(p.passage for p in parts):
+            return self.runner.tokenize_parts(parts, continuation=continuation), []
+        tokens: list[int] = []
+        spans: list[tuple[int, int]] = []
+        for i, part in enumerate(parts):
+            more = self.runner.tokenize_parts([part], continuation=continuation or i > 0)
+            if part.passage and len(more) >= MIN_SPAN_TOKENS:
+                spans.append((offset + len(tokens), len(more)))
+            tokens += more
+        return tokens, spans
+
+    def _anchor(self, parts: Sequence[PromptPart]) -> list[int]:
+        return self.runner.tokenize_parts(parts) if parts else []
+
+    def _keyed_spans(
+        self,
+        anchor_parts: Sequence[PromptPart],
+        prompt: list[int],
+        found: list[tuple[int, int]],
+        tenant: str,
+    ) -> list[Span]:
+        """The prompt's passages with the keys of their KV; those not kept are queued to be
+        computed once (people are asking about them now), and are computed in place meanwhile."""
+        self._anchor_len = 0
+        if not found or self.scheduler.spans is None:
+            return []
+        anchor = self._anchor(anchor_parts)
+        if not anchor or prompt[: len(anchor)] != anchor:
+            return []
+        self._anchor_len = len(anchor)
+        spans = [
+            Span(start, length, span_key(anchor, prompt[start : start + length]))
+            for start, length in found
+            if start >= len(anchor)
+        ]
+        self._queue_missing(tenant, prompt, len(anchor), spans)
+        return spans
+
+    def _queue_missing(
+        self, tenant: str, prompt: list[int], anchor: int, spans: list[Span]
+    ) -> None:
+        """Queue the passages not kept to be computed once (people are asking about them now:
+        ahead of what the index lists); they are computed in place meanwhile."""
+        assert self.scheduler.spans is not None
+        for span in spans:
+            if self.scheduler.spans.get(tenant, span.key) is None:
+                tokens = tuple(prompt[span.start : span.end])
+                job = WarmJob(tenant, span.key, tuple(prompt[:anchor]), tokens)
+                self.warm_queue.push(job, urgent=True)
+
+    def _tokenize_prompt(
+        self, parts: list[PromptPart], text: str, tenant: str = ""
+    ) -> tuple[list[int], list[tuple[int, int]]]:
         """Tokens for a rendered prompt, reusing a kept sequence's exact tokens when its text is
         a prefix. A follow-up turn's prompt holds the previous reply as text; tokenising that
         text afresh can give other tokens than the ones generated (" Cor" "io" "b" vs " Cor"
@@ -284,9 +462,10 @@ class Engine:
             ):
                 best = kept
         if best is None:
-            return self.runner.tokenize_parts(parts)
+            return self._tokenize_split(parts, continuation=False, offset=0)
         rest = parts_from(parts, len(best.text))
-        return best.tokens + self.runner.tokenize_parts(rest, continuation=True)
+        more, spans = self._tokenize_split(rest, continuation=True, offset=len(best.tokens))
+        return best.tokens + more, spans
 
     def _kept_texts(self) -> Iterator[KeptText]:
         """What sequences and host-memory entries still hold, as text."""
@@ -343,6 +522,8 @@ class Engine:
         for request in [*self.scheduler.running, *self.scheduler.waiting]:
             self.scheduler.finish(request, FinishReason.ERROR)
             self._forget(request)
+            if self._warming.pop(request.request_id, None) is not None:
+                continue  # the engine's own: no client
             self.stats.count_error(code.value)
             events.append(Failed(request.request_id, code.value, message))
         return events
@@ -355,6 +536,10 @@ class Engine:
         events: list[Event] = []
         for request in self.scheduler.expire(now - self.max_wait):
             self._forget(request)
+            job = self._warming.pop(request.request_id, None)
+            if job is not None:
+                self.warm_queue.push(job)  # nobody waits for it: later, at a quieter moment
+                continue
             self.stats.count_error(ErrorCode.BUSY.value)
             events.append(
                 Failed(
@@ -382,6 +567,7 @@ class Engine:
     def status(self) -> dict[str, object]:
         """Live numbers for the heartbeat, `/metrics` and the admin status page."""
         host = self.scheduler.host
+        spans = self.scheduler.spans
         governor = self.governor
         speed = governor.stream_speed(max(1, self.num_running))
         now = time.monotonic()
@@ -390,6 +576,10 @@ class Engine:
         # What the shared queue may count on, after this engine's own waiting requests: the web
         # process estimates a queued client's wait from it (`inference.transport`).
         behind = fill(slots, self.num_waiting)[1] if slots is not None else None
+        prompts = self._prefill_waits([*self.scheduler.waiting, None])
+        if behind is not None and prompts:
+            # Nobody behind gets a first word before the prompts ahead of them are computed.
+            behind = [(max(t, prompts[-1]), hold) for t, hold in behind]
         return {
             "running": self.num_running,
             "waiting": self.num_waiting,
@@ -415,6 +605,12 @@ class Engine:
             "host_cache_disk_tokens": host.disk_used_tokens if host is not None else 0,
             "host_cache_disk_bytes": self.runner.disk_bytes,
             "kv_compactions": self.scheduler.compactions,
+            "passages_kept": len(spans) if spans is not None else 0,
+            "passages_kept_tokens": spans.used_tokens if spans is not None else 0,
+            "passages_disk_tokens": spans.disk_used_tokens if spans is not None else 0,
+            "passages_bytes": self.runner.span_bytes,
+            "passages_disk_bytes": self.runner.span_disk_bytes,
+            "passages_queued": len(self.warm_queue) + len(self._warming),
             "grammar_tokens": self.runner.grammar_tokens,
             "grammar_resamples": self.runner.grammar_resamples,
             **self.stats.snapshot(),
@@ -427,6 +623,109 @@ class Engine:
     # --- one step ----------------------------------------------------------------------------
 
     def step(self) -> list[Event]:
+        self._start_warm()
+        events = self._step()
+        for request in self.scheduler.warmed:
+            if self._warming.pop(request.request_id, None) is not None:
+                self.stats.passages_computed += 1
+        self.scheduler.warmed = []
+        if self._warming:  # the engine's own requests have no client to tell
+            events = [e for e in events if e.request_id not in self._warming]
+        return events
+
+    def idle(self, now: float | None = None) -> None:
+        """Nothing to do: take in the passages the documents' index lists (when due), drop
+        those of deleted documents, and start computing queued passages' KV (background work,
+        which gives way to every reply)."""
+        now = time.monotonic() if now is None else now
+        if self.passage_source is not None and now - self._last_sync >= SYNC_SECONDS:
+            self._last_sync = now
+            try:
+                self.sync_passages(self.passage_source(dict(self._synced)))
+            except Exception:  # the index is a hint: the next sync tries again
+                logger.exception("listing the documents' passages failed")
+        self._start_warm()
+        if not self.has_work:
+            out = self.scheduler.take_pending()
+            if out.kv_ops:
+                self.runner.execute(out)
+
+    def sync_passages(self, sets: Sequence[PassageSet]) -> None:
+        """The index's passages of tenants whose documents changed: those not kept are queued
+        to be computed, those no document holds any more are dropped (with their files)."""
+        assert self.scheduler.spans is not None
+        for item in sets:
+            parts = self.runner.render_prompt([*item.opening, ChatMessage("user", "x")])
+            content = max(i for i, p in enumerate(parts) if not p.trusted)
+            anchor = self._anchor(parts[:content])
+
+            def key(text: str, anchor: list[int] = anchor) -> tuple[str, list[int]]:
+                part = PromptPart(text, False, passage=True)
+                tokens = self.runner.tokenize_parts([part], continuation=True)
+                return span_key(anchor, tokens), tokens
+
+            live = {key(text)[0] for text in item.live}
+            dropped = self.scheduler.forget_spans(item.tenant, live)
+            self.warm_queue.drop_tenant(item.tenant, live)
+            queued = 0
+            for text in item.warm:
+                k, tokens = key(text)
+                if len(tokens) < MIN_SPAN_TOKENS or self.scheduler.spans.get(item.tenant, k):
+                    continue
+                queued += self.warm_queue.push(
+                    WarmJob(item.tenant, k, tuple(anchor), tuple(tokens))
+                )
+            self._synced[item.tenant] = item.version
+            logger.info(
+                "passages of %s: %d in its documents, %d queued to compute, %d dropped",
+                item.tenant or "(no tenant)",
+                len(live),
+                queued,
+                dropped,
+            )
+
+    def compute_passages(self, sets: Sequence[PassageSet], *, max_steps: int = 1_000_000) -> int:
+        """Take in `sets` and compute every queued passage now, stepping the engine until none
+        is left (a tool's way, bench/rag_eval's, to ask its questions with every passage's KV
+        precomputed, as an idle engine would have). How many passages are kept then."""
+        if self.scheduler.spans is None:
+            return 0
+        self.sync_passages(sets)
+        for _ in range(max_steps):
+            self._start_warm()
+            if not self._warming and not len(self.warm_queue):
+                break
+            self.step()
+        return len(self.scheduler.spans)
+
+    def _start_warm(self) -> None:
+        """Queue the next passages to compute as the engine's own background requests: a few
+        at a time, so they never fill the queue that replies wait in."""
+        scheduler = self.scheduler
+        if scheduler.spans is None:
+            return
+        while len(self._warming) < WARM_AT_ONCE and len(scheduler.waiting) < (
+            scheduler.waiting.max_size // 2
+        ):
+            job = self.warm_queue.pop()
+            if job is None:
+                return
+            if scheduler.spans.get(job.tenant, job.key) is not None:
+                continue
+            request = Request(
+                f"{WARM_PREFIX}{next(self._warm_ids)}",
+                [*job.anchor, *job.tokens],
+                SamplingParams(max_tokens=1, temperature=0.0),
+                background=True,
+                tenant=job.tenant,
+                warm=Span(len(job.anchor), len(job.tokens), job.key),
+            )
+            if not scheduler.add(request):
+                self.warm_queue.push(job, urgent=True)
+                return
+            self._warming[request.request_id] = job
+
+    def _step(self) -> list[Event]:
         started = time.perf_counter()
         events = self.expire_waiting()
         self._set_limit()
@@ -452,6 +751,8 @@ class Engine:
                 except Exception as exc:  # a failed save: nobody is in the batch
                     logger.exception("engine KV operations failed")
                     return events + self._fail_batch(out, str(exc))
+                else:
+                    self._count_placed(out)
             return events + self._queue_events()
         try:
             sampled = self.runner.execute(out)
@@ -465,6 +766,7 @@ class Engine:
             return events + self._fail_batch(out, str(exc))
         decode_seconds = self.runner.last_decode_seconds
         events += self._grammar_overruns()  # before update: their tokens are not taken
+        self._count_placed(out)
 
         advanced = self.scheduler.update(out, sampled)
         now = time.monotonic()
@@ -478,9 +780,11 @@ class Engine:
             prefill_tokens=prefill_tokens,
             seconds=self._stream_seconds(started, decode_seconds),
         )
+        warm = sum(len(c.tokens) for c in out.prefills if c.request.prefill_only)
         self.stats.steps += 1
         self.stats.decode_tokens += len(out.decodes)
-        self.stats.prefill_tokens += prefill_tokens
+        self.stats.prefill_tokens += prefill_tokens - warm
+        self.stats.warm_tokens += warm
         self.stats.generated_tokens += len(advanced)
         self.stats.decode_seconds += decode_seconds
         self.stats.step_seconds += time.perf_counter() - started
@@ -488,6 +792,18 @@ class Engine:
         if not self.has_work:
             self._set_limit()  # an idle engine takes no step: a yield ends now, not later
         return events
+
+    def _count_placed(self, out: SchedulerOutput) -> None:
+        """Passage tokens of this step's prompts: placed from precomputed KV, or computed."""
+        placed = sum(op.n_tokens for op in out.kv_ops if isinstance(op, PlaceSpan))
+        self.stats.placed_tokens += placed
+        self.stats.cached_tokens += placed
+        for chunk in out.prefills:
+            end = chunk.start + len(chunk.tokens)
+            for span in chunk.request.spans:
+                overlap = min(end, span.end) - max(chunk.start, span.start)
+                if overlap > 0:
+                    self.stats.passage_tokens_computed += overlap
 
     def _set_limit(self) -> None:
         """How many requests may run: the speed floor's limit, or the hard minimum's while the
@@ -513,6 +829,14 @@ class Engine:
         """Before a shutdown (after the drain): kept conversations go to the host cache's disk
         tier, for the next run. Returns how many are on disk then."""
         out = self.scheduler.persist()
+        spans = self.scheduler.spans
+        if spans is not None:
+            moved = spans.spill_all()
+            out.kv_ops.extend(DropSpan(d) for d in moved.dropped)
+            out.kv_ops.extend(
+                SpillSpan(e.entry_id, e.tenant, e.key, tuple(e.tokens), e.start)
+                for e in moved.spilled
+            )
         if out.kv_ops:
             self._track_saved(out)
             self.runner.execute(out)
@@ -530,10 +854,15 @@ class Engine:
                 events.append(self._fail(request, "its KV could not be moved"))
                 continue
             if request is not None:
-                self.stats.cached_tokens -= request.num_cached
+                self.stats.cached_tokens -= request.num_cached - request.num_placed
                 self.stats.restored_tokens -= request.num_restored
                 self.stats.reused_tokens -= request.num_cached - request.num_restored
             self.scheduler.restore_failed(seq_id, entry)
+            if request is not None and request.spans:
+                # A passage whose KV could not be placed was forgotten: computed again once.
+                self._queue_missing(
+                    request.tenant, request.prompt_tokens, request.anchor, request.spans
+                )
             self._kept.pop(seq_id, None)
             self._kept_saved.pop(entry, None)
             self.stats.restore_failures += 1
@@ -542,9 +871,12 @@ class Engine:
 
     def _count_admission(self, request: Request) -> None:
         stats = self.stats
+        if request.prefill_only:
+            return  # the engine's own work: not a reply anyone waits for
         if request.admitted_at is not None:
             stats.queue_wait.observe(max(0.0, request.admitted_at - request.since))
-        stats.cached_tokens += request.num_cached
+        # Passages placed in this step are counted once placed (`_count_placed`).
+        stats.cached_tokens += request.num_cached - request.num_placed
         stats.restored_tokens += request.num_restored
         stats.reused_tokens += request.num_cached - request.num_restored
         if request.follow_up:
@@ -708,7 +1040,13 @@ class Engine:
             return events
         slots = self.queue_slots(time.monotonic())
         starts = fill(slots, len(waiting))[0] if slots is not None else []
+        prompts = self._prefill_waits(waiting)
+        if starts and prompts:
+            # A first word needs a sequence and the prompts ahead (and its own) computed.
+            starts = [max(t, p) for t, p in zip(starts, prompts, strict=True)]
         for position, request in enumerate(waiting, start=1):
+            if request.prefill_only:
+                continue  # the engine's own work: nobody to tell
             estimate = round(starts[position - 1], 1) if starts else None
             told = self._told.get(request.request_id)
             if told is None or told[0] != position or worth_retelling(told[1], estimate):
@@ -717,6 +1055,21 @@ class Engine:
         return events
 
     # --- the floor's yield and estimated waits ------------------------------------------------
+
+    def _prefill_waits(self, waiting: Sequence[Request | None]) -> list[float]:
+        """When each waiting request's prompt will have been computed (`speed.prefill_waits`:
+        the admitted prompts' backlog, then each waiting prompt's uncached tokens, in queue
+        order; None: one more after them, with nothing of its own), or [] before the prompt
+        cost is known. Background work's prompts go after every reply's: they add nothing
+        ahead of one."""
+        per_token = self.governor.prompt_seconds()
+        if per_token is None:
+            return []
+        scheduler = self.scheduler
+        prompts = [
+            0 if r is None or r.background else scheduler.uncached_estimate(r) for r in waiting
+        ]
+        return prefill_waits(scheduler.prefill_backlog(), prompts, per_token)
 
     def note_waiting_elsewhere(self, since: float | None) -> None:
         """The worker tells since when (on this engine's clock, `time.monotonic()`) the oldest

@@ -6,7 +6,9 @@ owner (it holds a conversation):
     b"QKV1" | header length (4 bytes, little endian) | header (JSON) | llama.cpp state blob
 
 The header names the model fingerprint (the model file's sha256, the llama.cpp build and the KV
-layout), the tenant, the exact tokens the KV stands for, and the blob's size and CRC-32. A read
+layout), the tenant, the exact tokens the KV stands for, and the blob's size and CRC-32; a
+passage's KV (`inference.passages`, a store of its own in another folder) adds `meta`: its key
+and the position it was computed at. A read
 checks all of it against what the entry is expected to hold, so a file from another model, a
 truncated or altered file, or one for other tokens is never restored: the caller recomputes.
 
@@ -47,10 +49,12 @@ class _File:
     tenant: str
     tokens: list[int]
     size: int  # bytes on disk
+    meta: dict[str, Any] | None = None
 
 
-def _name(fingerprint: str, tenant: str, tokens: list[int]) -> str:
-    digest = hashlib.sha256(json.dumps([fingerprint, tenant, tokens]).encode()).hexdigest()
+def _name(fingerprint: str, tenant: str, tokens: list[int], meta: dict[str, Any] | None) -> str:
+    named: list[Any] = [fingerprint, tenant, tokens] + ([meta] if meta else [])
+    digest = hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()
     return f"{digest[:40]}.kv"
 
 
@@ -114,19 +118,27 @@ class DiskKvStore:
     def used_bytes(self) -> int:
         return sum(f.size for f in self._files.values())
 
-    def write(self, entry: int, tenant: str, tokens: list[int], blob: Blob) -> bool:
+    def write(
+        self,
+        entry: int,
+        tenant: str,
+        tokens: list[int],
+        blob: Blob,
+        meta: dict[str, Any] | None = None,
+    ) -> bool:
         """Write an entry's KV; False (and nothing left behind) when the disk refuses."""
         data = blob.tobytes() if not blob.flags.c_contiguous else blob.data.cast("B")
-        header = json.dumps(
-            {
-                "fingerprint": self.fingerprint,
-                "tenant": tenant,
-                "tokens": tokens,
-                "size": len(data),
-                "crc32": zlib.crc32(data),
-            }
-        ).encode()
-        path = self.directory / _name(self.fingerprint, tenant, tokens)
+        fields: dict[str, Any] = {
+            "fingerprint": self.fingerprint,
+            "tenant": tenant,
+            "tokens": tokens,
+            "size": len(data),
+            "crc32": zlib.crc32(data),
+        }
+        if meta:
+            fields["meta"] = meta
+        header = json.dumps(fields).encode()
+        path = self.directory / _name(self.fingerprint, tenant, tokens, meta)
         tmp = path.with_suffix(f".part-{os.getpid()}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -139,7 +151,7 @@ class DiskKvStore:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             return False
-        self._files[entry] = _File(path, tenant, list(tokens), path.stat().st_size)
+        self._files[entry] = _File(path, tenant, list(tokens), path.stat().st_size, meta)
         return True
 
     def read(self, entry: int) -> Blob | None:
@@ -156,6 +168,7 @@ class DiskKvStore:
                     or header.get("fingerprint") != self.fingerprint
                     or header.get("tenant") != known.tenant
                     or header.get("tokens") != known.tokens
+                    or header.get("meta") != known.meta
                 ):
                     logger.warning("%s does not hold the expected conversation", known.path)
                     return None
@@ -177,6 +190,19 @@ class DiskKvStore:
     def scan(self) -> list[tuple[str, list[int], str]]:
         """(tenant, tokens, name) of the files an earlier run left, oldest first; unreadable
         or foreign files and temporary leftovers are removed."""
+        return [(f.tenant, f.tokens, name) for name, f in self._scan()]
+
+    def scan_meta(self) -> list[tuple[str, list[int], dict[str, Any], str]]:
+        """The same with each file's `meta` (files written without one are removed)."""
+        found = []
+        for name, f in self._scan():
+            if f.meta is None:
+                self.bind(name, None)
+                continue
+            found.append((f.tenant, f.tokens, f.meta, name))
+        return found
+
+    def _scan(self) -> list[tuple[str, _File]]:
         found = []
         for path in self.directory.iterdir():
             if path.name == ".lock":
@@ -187,21 +213,25 @@ class DiskKvStore:
                     header = _read_header(f)
             tokens = header.get("tokens") if header is not None else None
             tenant = header.get("tenant") if header is not None else None
+            meta = header.get("meta") if header is not None else None
             if (
                 header is None
                 or header.get("fingerprint") != self.fingerprint
                 or not isinstance(tenant, str)
                 or not isinstance(tokens, list)
                 or not all(isinstance(t, int) for t in tokens)
+                or not (meta is None or isinstance(meta, dict))
             ):
                 with contextlib.suppress(OSError):
                     path.unlink()
                 continue
             stat = path.stat()
-            found.append((stat.st_mtime, path.name, _File(path, tenant, tokens, stat.st_size)))
+            found.append(
+                (stat.st_mtime, path.name, _File(path, tenant, tokens, stat.st_size, meta))
+            )
         found.sort(key=lambda item: item[0])
         self._found = {name: f for _, name, f in found}
-        return [(f.tenant, f.tokens, name) for _, name, f in found]
+        return [(name, f) for _, name, f in found]
 
     def bind(self, name: str, entry: int | None) -> None:
         """An earlier run's file becomes host entry `entry`; with None it is deleted."""

@@ -127,6 +127,10 @@ _GAUGES = (
         "How long the engine step running now has run (0 between steps).",
     ),
     ("engine_stalled", "stalled", "1 while a step has run past QASSIST_ENGINE_STALL_SECONDS."),
+    ("passages_kept", "passages_kept", "Passages whose KV is kept (computed once)."),
+    ("passages_queued", "passages_queued", "Passages waiting to have their KV computed."),
+    ("passages_bytes", "passages_bytes", "Host memory held by passages' KV."),
+    ("passages_disk_bytes", "passages_disk_bytes", "Disk held by passages' KV."),
 )
 _COUNTERS = (
     ("engine_steps", "steps", "Engine steps (one llama_decode each)."),
@@ -135,6 +139,10 @@ _COUNTERS = (
     ("tokens_reused", "reused_tokens", "Prompt tokens reused from KV kept in a sequence."),
     ("tokens_restored", "restored_tokens", "Prompt tokens restored from memory or disk."),
     ("restore_failures", "restore_failures", "Saved KV not restorable, recomputed instead."),
+    ("tokens_placed", "placed_tokens", "Prompt tokens placed from passages' precomputed KV."),
+    ("passage_tokens_computed", "passage_tokens_computed", "Passage tokens computed in place."),
+    ("passages_computed", "passages_computed", "Passages whose KV was computed once."),
+    ("tokens_precomputed", "warm_tokens", "Tokens computed for passages' KV (not replies')."),
     ("kv_compactions", "kv_compactions", "Times the KV pool was packed to close freed holes."),
     ("grammar_tokens", "grammar_tokens", "Tokens sampled under a grammar (JSON, forced calls)."),
     ("grammar_resamples", "grammar_resamples", "Of those, sampled again after the grammar's no."),

@@ -22,18 +22,23 @@ import numpy as np
 from llama_cpp import llama_grammar
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from inference import kvblob
 from inference.kvdisk import DiskKvStore
 from inference.scheduler import (
     CompactKv,
     DecodeItem,
     DropSaved,
+    DropSpan,
     KvOp,
+    PlaceSpan,
     PrefillChunk,
     RestoreKv,
     SaveKv,
+    SaveSpan,
     SchedulerOutput,
     ShareKv,
     SpillSaved,
+    SpillSpan,
 )
 from inference.types import (
     NO_ENTRY,
@@ -79,6 +84,35 @@ assert _TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
 
 class RunnerError(RuntimeError):
     pass
+
+
+MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ
+ROPE_NORM, ROPE_NEOX = 0, 2  # llama_rope_type
+
+
+def model_rope(model: Any, meta: Any) -> kvblob.Rope | None:
+    """How the model rotates its keys by position, when `inference.kvblob` can move them: RoPE
+    in the "norm" (Llama, SmolLM2) or "neox" (Qwen2) layout without YaRN or long-RoPE scaling
+    and without sliding-window attention. None otherwise: passages are then computed in place."""
+    rope_type = int(llama_cpp.llama_model_rope_type(model))
+    arch = meta("general.architecture")
+    scaling = meta(f"{arch}.rope.scaling.type")
+    if rope_type not in (ROPE_NORM, ROPE_NEOX) or scaling not in ("", "none", "linear"):
+        return None
+    if meta(f"{arch}.attention.sliding_window"):
+        return None
+    n_head = max(1, int(llama_cpp.llama_model_n_head(model)))
+    head_dim = int(meta(f"{arch}.attention.key_length") or 0) or (
+        int(llama_cpp.llama_model_n_embd(model)) // n_head
+    )
+    return kvblob.Rope(
+        n_rot=int(meta(f"{arch}.rope.dimension_count") or 0) or head_dim,
+        head_dim=head_dim,
+        n_head_kv=int(llama_cpp.llama_model_n_head_kv(model)),
+        freq_base=float(meta(f"{arch}.rope.freq_base") or 10000.0),
+        freq_scale=float(llama_cpp.llama_model_rope_freq_scale_train(model)),
+        neox=rope_type == ROPE_NEOX,
+    )
 
 
 def install_log_callback() -> None:
@@ -193,6 +227,10 @@ class LlamaTokenizer:
             raise RunnerError(f"llama.cpp could not load the vocabulary of {model_path}")
         return cls(model, owns_model=True)
 
+    def meta(self, key: str) -> str:
+        """A GGUF metadata value as text ("" when the model has none)."""
+        return self._meta(key)
+
     def _meta(self, key: str) -> str:
         buf = ctypes.create_string_buffer(256)
         n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
@@ -306,6 +344,7 @@ class LlamaRunner:
         disk_store: DiskKvStore | None = None,
         kv_unified: bool = True,
         grammar_step_seconds: float = 0.0,
+        span_store: DiskKvStore | None = None,
     ) -> None:
         install_log_callback()
         llama_cpp.llama_backend_init()
@@ -330,11 +369,17 @@ class LlamaRunner:
         self.kv_unified = kv_unified
         if not kv_unified:
             n_ctx = n_seq_max * min(max_seq_tokens, self.tokenizer.n_ctx_train)
+        # A passage's precomputed KV is placed through a scratch sequence of its own (the last
+        # one; the engine never uses it): read into it, then its cells shared with the target
+        # (`_place`). In the unified pool only: a stream per sequence does without.
+        self._rope = model_rope(self.model, self.tokenizer.meta)
+        self._scratch = n_seq_max if kv_unified and n_seq_max < MAX_SEQUENCES else None
+        self.passage_kv = self._rope is not None and (not kv_unified or self._scratch is not None)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = n_ctx
         cparams.n_batch = max_batch_tokens
         cparams.n_ubatch = max_batch_tokens
-        cparams.n_seq_max = n_seq_max
+        cparams.n_seq_max = n_seq_max + (1 if self._scratch is not None else 0)
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
         cparams.kv_unified = kv_unified
@@ -355,8 +400,11 @@ class LlamaRunner:
         kv_width = head_dim * int(llama_cpp.llama_model_n_head_kv(self.model))
         self.kv_bytes_per_token = int(llama_cpp.llama_model_n_layer(self.model)) * 2 * kv_width * 2
         self.kv_bytes_per_token += 12
+        self.n_layer = int(llama_cpp.llama_model_n_layer(self.model))
         self._saved: dict[int, np.ndarray[Any, np.dtype[np.uint8]]] = {}
         self._disk = disk_store  # saved sequences spilled beyond host memory, or None
+        self._spans: dict[int, np.ndarray[Any, np.dtype[np.uint8]]] = {}  # passages' KV
+        self._span_disk = span_store  # passages' KV beyond host memory, or None
 
         self._samplers: dict[str, Any] = {}
         self._constrained: dict[str, _Constrained] = {}
@@ -444,6 +492,17 @@ class LlamaRunner:
                 self._saved.pop(action.entry, None)
                 if self._disk is not None:
                     self._disk.drop(action.entry)
+            elif isinstance(action, SaveSpan):
+                self._save_span(action)
+            elif isinstance(action, PlaceSpan):
+                if not self._place(action, lost={seq for seq, _ in failed}):
+                    failed.append((action.seq_id, action.entry))
+            elif isinstance(action, SpillSpan):
+                self._spill_span(action)
+            elif isinstance(action, DropSpan):
+                self._spans.pop(action.entry, None)
+                if self._span_disk is not None:
+                    self._span_disk.drop(action.entry)
             elif not self._kv_op(action, lost={seq for seq, _ in failed}):
                 failed.append((action.seq_id, NO_ENTRY))
         if failed:
@@ -473,7 +532,7 @@ class LlamaRunner:
             self._pos[n : n + k] = np.arange(item.start, item.start + k, dtype=np.int32)
             self._seq[n : n + k] = item.seq_id
             self._logits[n : n + k] = 0
-            if item.completes_prompt:
+            if item.wants_logits:
                 self._logits[n + k - 1] = 1
                 samples.append((item.request, n + k - 1))
             n += k
@@ -598,6 +657,90 @@ class LlamaRunner:
                 op.seq_id,
             )
             return False
+        return True
+
+    # --- passages' KV computed once, placed where prompts carry them (inference.passages) ------
+
+    @property
+    def span_bytes(self) -> int:
+        return sum(int(blob.nbytes) for blob in self._spans.values())
+
+    @property
+    def span_disk_bytes(self) -> int:
+        return self._span_disk.used_bytes if self._span_disk is not None else 0
+
+    def span_files(self) -> list[tuple[str, str, list[int], int, str]]:
+        if self._span_disk is None:
+            return []
+        found = []
+        for tenant, tokens, meta, name in self._span_disk.scan_meta():
+            key, start = meta.get("key"), meta.get("start")
+            if isinstance(key, str) and isinstance(start, int):
+                found.append((tenant, key, tokens, start, name))
+            else:
+                self._span_disk.bind(name, None)
+        return found
+
+    def bind_span_file(self, name: str, entry: int | None) -> None:
+        if self._span_disk is not None:
+            self._span_disk.bind(name, entry)
+
+    def _save_span(self, op: SaveSpan) -> None:
+        """Keep the cells of a passage just computed after its anchor (nothing else of the
+        sequence): a placement of a missing entry fails clearly and the prompt is computed."""
+        try:
+            cells = kvblob.parse(self._state_of(op.seq_id), n_layer=self.n_layer)
+            self._spans[op.entry] = cells.span(op.start, op.start + op.n_tokens).to_blob()
+        except kvblob.BlobError as exc:
+            logger.warning("keeping a passage's KV from sequence %d failed: %s", op.seq_id, exc)
+
+    def _spill_span(self, op: SpillSpan) -> None:
+        blob = self._spans.pop(op.entry, None)
+        if blob is not None and self._span_disk is not None:
+            meta = {"key": op.key, "start": op.start}
+            self._span_disk.write(op.entry, op.tenant, list(op.tokens), blob, meta)
+
+    def _place(self, op: PlaceSpan, lost: set[int]) -> bool:
+        """Put a passage's kept cells into `op.seq_id` at `op.at`, keys rotated by the distance
+        (`inference.kvblob`). In the unified pool they are read into the scratch sequence and
+        shared with the target (`llama_memory_seq_cp` adds the target to those cells: nothing is
+        copied), then the scratch lets go of them; with a stream per sequence the target's own
+        cells and the passage's are read back together. False (nothing placed) when the entry
+        is gone or damaged, or the target does not end right before `op.at`."""
+        if op.seq_id in lost or self._rope is None:
+            return False
+        blob = self._spans.get(op.entry)
+        if blob is None and self._span_disk is not None:
+            blob = self._span_disk.read(op.entry)
+        held = int(llama_cpp.llama_memory_seq_pos_max(self.memory, op.seq_id)) + 1
+        if blob is None or held != op.at:
+            logger.warning(
+                "passage entry %d cannot go into sequence %d at %d (it holds %d positions)",
+                op.entry,
+                op.seq_id,
+                op.at,
+                held,
+            )
+            return False
+        end = op.at + op.n_tokens
+        try:
+            cells = kvblob.parse(blob, n_layer=self.n_layer)
+            first = int(cells.positions.min()) + op.offset
+            part = cells.span(first, first + op.n_tokens).moved(op.at, self._rope)
+            if self._scratch is None:  # a stream per sequence
+                own = kvblob.parse(self._state_of(op.seq_id), n_layer=self.n_layer)
+                part = kvblob.concat(own, part)
+        except kvblob.BlobError as exc:
+            logger.warning("passage entry %d cannot be placed: %s", op.entry, exc)
+            return False
+        target = op.seq_id if self._scratch is None else self._scratch
+        if self._load(part.to_blob(), target) != end:
+            llama_cpp.llama_memory_seq_rm(self.memory, target, 0, -1)
+            logger.warning("placing passage entry %d into sequence %d failed", op.entry, op.seq_id)
+            return False
+        if self._scratch is not None:
+            llama_cpp.llama_memory_seq_cp(self.memory, self._scratch, op.seq_id, -1, -1)
+            llama_cpp.llama_memory_seq_rm(self.memory, self._scratch, -1, -1)
         return True
 
     def _sample(self, req: Request, idx: int) -> int:
@@ -833,8 +976,11 @@ class LlamaRunner:
 
     def close(self) -> None:
         self._saved.clear()
+        self._spans.clear()
         if self._disk is not None:
             self._disk.close()
+        if self._span_disk is not None:
+            self._span_disk.close()
         for sampler in self._samplers.values():
             llama_cpp.llama_sampler_free(sampler)
         self._samplers.clear()

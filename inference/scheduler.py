@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 from inference import fairshare
 from inference.hostcache import HostCache, common_prefix_len
-from inference.types import NO_ENTRY, FinishReason, Request, RequestStatus
+from inference.passages import SpanCache
+from inference.types import NO_ENTRY, FinishReason, Request, RequestStatus, Span
 
 POLICIES = ("fair", "priority", "fcfs")
 MIN_RESTORE_GAIN = 16  # restore from host memory only when it saves more than this many tokens
@@ -235,7 +236,63 @@ class ShareKv:
     n_tokens: int
 
 
-KvAction = KvOp | SaveKv | RestoreKv | DropSaved | SpillSaved | CompactKv | ShareKv
+@dataclass(frozen=True)
+class SaveSpan:
+    """Before the batch: keep `seq_id`'s cells at positions [start, start + n_tokens) (a passage
+    just computed after its anchor) as passage entry `entry` (`inference.passages`)."""
+
+    seq_id: int
+    entry: int
+    start: int
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class PlaceSpan:
+    """Before the batch: passage entry `entry`'s cells from its `offset`-th token on, `n_tokens`
+    of them, put into `seq_id` at positions [at, at + n_tokens), their keys rotated by the
+    distance from where they were computed. The sequence holds exactly the positions before
+    `at`; the batch computes from `at + n_tokens` on."""
+
+    seq_id: int
+    entry: int
+    offset: int
+    at: int
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class SpillSpan:
+    """Move passage entry `entry` from memory to disk; the file names its tenant, key, tokens
+    and the position it was computed at."""
+
+    entry: int
+    tenant: str
+    key: str
+    tokens: tuple[int, ...]
+    start: int
+
+
+@dataclass(frozen=True)
+class DropSpan:
+    """Free passage entry `entry` (in memory or on disk)."""
+
+    entry: int
+
+
+KvAction = (
+    KvOp
+    | SaveKv
+    | RestoreKv
+    | DropSaved
+    | SpillSaved
+    | CompactKv
+    | ShareKv
+    | SaveSpan
+    | PlaceSpan
+    | SpillSpan
+    | DropSpan
+)
 
 
 @dataclass(frozen=True)
@@ -257,6 +314,12 @@ class PrefillChunk:
     def completes_prompt(self) -> bool:
         return self.start + len(self.tokens) >= len(self.request.prompt_tokens)
 
+    @property
+    def wants_logits(self) -> bool:
+        """The chunk ends the prompt of a request that samples (a passage computed once does
+        not: its KV is all it is for)."""
+        return self.completes_prompt and not self.request.prefill_only
+
 
 @dataclass
 class SchedulerOutput:
@@ -276,7 +339,7 @@ class SchedulerOutput:
     def sampling_requests(self) -> list[Request]:
         """Requests that get a next token from this batch, in batch order."""
         return [d.request for d in self.decodes] + [
-            c.request for c in self.prefills if c.completes_prompt
+            c.request for c in self.prefills if c.wants_logits
         ]
 
 
@@ -297,6 +360,9 @@ class Scheduler:
         compact: bool = True,
         shared_pool: bool = True,
         max_prefill_backlog: int | None = None,
+        span_cache_tokens: int = 0,
+        span_disk_tokens: int = 0,
+        span_recompute: int = 0,
     ) -> None:
         if max_batch_tokens < n_seq_max:
             raise ValueError("max_batch_tokens must hold one decode token per sequence")
@@ -334,6 +400,16 @@ class Scheduler:
         self.compact = compact and shared_pool  # pack the pool when freed cells leave holes
         self._freed = 0  # cells freed since the pool was last packed (shared ones included)
         self.compactions = 0
+        # Passages' KV computed once and placed where a prompt carries them (None: off).
+        self.spans = (
+            SpanCache(span_cache_tokens, disk_capacity_tokens=span_disk_tokens)
+            if span_cache_tokens > 0
+            else None
+        )
+        # The first tokens of each placed passage computed again, in place (they attend to the
+        # passages before them, which its precomputed KV never saw).
+        self.span_recompute = max(0, span_recompute)
+        self.warmed: list[Request] = []  # passages computed once and saved by the last update
 
     @property
     def n_seq_max(self) -> int:
@@ -425,12 +501,18 @@ class Scheduler:
         background_budget = self.background_prompt_budget
         extra = SHORT_PROMPT  # tokens of short prompts a step may carry beyond the budget
 
+        for req in self.running:
+            if not req.prefill_done:
+                self._place_spans(req, out)
+
         def short(r: Request) -> bool:  # all it computes is a turn's new message
-            return len(r.prompt_tokens) - r.num_cached <= SHORT_PROMPT
+            placeable = self._placeable(r, r.num_computed)
+            return len(r.prompt_tokens) - r.num_cached - placeable <= SHORT_PROMPT
 
         short_waits = False  # a short prompt did not fit whole: later ones do not jump it
         for req in sorted(self.running, key=lambda r: (r.background, not short(r))):
-            left = len(req.prompt_tokens) - req.num_computed
+            # Up to the next passage to place: it goes in at the next step, after this chunk.
+            left = self._next_stop(req) - req.num_computed
             room = min(budget, background_budget) if req.background else budget
             if not req.background and short(req) and left > 0 and room < left:
                 if not short_waits and left <= max(room, 0) + extra:
@@ -493,15 +575,116 @@ class Scheduler:
             req.admitted_at = now
             out.admitted.append(req)
             if not req.background:
-                backlog += len(req.prompt_tokens) - req.num_computed
+                backlog += self._to_compute(req)
 
     def prefill_backlog(self) -> int:
         """Prompt tokens still to compute of the replies admitted (background work aside)."""
         return sum(
-            len(r.prompt_tokens) - r.num_computed
-            for r in self.running
-            if not r.background and not r.prefill_done
+            self._to_compute(r) for r in self.running if not r.background and not r.prefill_done
         )
+
+    def _to_compute(self, req: Request) -> int:
+        """Prompt tokens `req` still has to compute: what is not in its sequence yet, less what
+        precomputed passage KV will place."""
+        return len(req.prompt_tokens) - req.num_computed - self._placeable(req, req.num_computed)
+
+    # --- passage KV computed once (inference.passages) -----------------------------------------
+
+    def _placement_point(self, req: Request, span: Span) -> int | None:
+        """Where `span`'s precomputed KV would go in (after the tokens computed again at its
+        start), or None when it cannot be placed: nothing kept for it, nothing left to place,
+        or nothing of the prompt after it (the last prompt token is always computed)."""
+        if self.spans is None or span.end >= len(req.prompt_tokens):
+            return None
+        at = span.start + self.span_recompute
+        if at >= span.end or self.spans.get(req.tenant, span.key) is None:
+            return None
+        return at
+
+    def _placeable(self, req: Request, start: int) -> int:
+        """Tokens from position `start` on that placing precomputed passages will fill."""
+        total = 0
+        for span in req.spans:
+            at = self._placement_point(req, span)
+            if at is not None and at >= start:
+                total += span.end - at
+        return total
+
+    def _next_stop(self, req: Request) -> int:
+        """Where `req`'s next prompt chunk must end: the next passage to place, or the end."""
+        for span in req.spans:
+            at = self._placement_point(req, span)
+            if at is not None and at > req.num_computed:
+                return at
+        return len(req.prompt_tokens)
+
+    def _place_spans(self, req: Request, out: SchedulerOutput) -> None:
+        """Place the passages whose turn it is: the sequence holds the positions before them
+        (placing moves no token the batch computes: the chunk after goes in this step)."""
+        assert self.spans is not None or not req.spans
+        for span in req.spans:
+            at = self._placement_point(req, span)
+            if at is None or at < req.num_computed:
+                continue  # computed in place, or already in the sequence (a copied prefix)
+            if at > req.num_computed:
+                return  # the tokens before it are computed first
+            assert self.spans is not None
+            assert req.seq_id is not None
+            entry = self.spans.get(req.tenant, span.key)
+            assert entry is not None
+            n = span.end - at
+            out.kv_ops.append(PlaceSpan(req.seq_id, entry.entry_id, at - span.start, at, n))
+            self.spans.touch(entry, self._step)
+            req.num_computed += n
+            req.num_cached += n
+            req.num_placed += n
+
+    def _finish_warm(self, req: Request) -> None:
+        """A passage computed after its anchor: its cells are kept (`SaveSpan`, before the next
+        batch), the sequence keeps the anchor only (a prefix the next one shares)."""
+        span = req.warm
+        assert span is not None
+        assert req.seq_id is not None
+        assert self.spans is not None
+        saved = self.spans.save(
+            req.tenant, span.key, req.prompt_tokens[span.start : span.end], span.start, self._step
+        )
+        self._pending_ops.extend(DropSpan(d) for d in saved.dropped)
+        self._pending_ops.extend(
+            SpillSpan(e.entry_id, e.tenant, e.key, tuple(e.tokens), e.start) for e in saved.spilled
+        )
+        if saved.entry_id is not None:
+            self._pending_ops.append(SaveSpan(req.seq_id, saved.entry_id, span.start, span.length))
+        self.running.remove(req)
+        slot = self.slots[req.seq_id]
+        slot.request = None
+        slot.last_used = self._step
+        slot.tokens = req.prompt_tokens[: span.start]
+        self._pending_ops.append(KvOp(req.seq_id, keep=span.start))
+        self._freed += span.length
+        req.finish(FinishReason.STOP)
+        del self._requests[req.request_id]
+        self.warmed.append(req)
+
+    def forget_spans(self, tenant: str, live: set[str]) -> int:
+        """Drop the tenant's passages that are no longer in its documents; how many."""
+        if self.spans is None:
+            return 0
+        gone = self.spans.prune(tenant, live)
+        self._pending_ops.extend(DropSpan(e) for e in gone)
+        return len(gone)
+
+    def adopt_span(self, tenant: str, key: str, tokens: list[int], start: int) -> int | None:
+        """Take in a passage an earlier run left on disk; its entry id, or None."""
+        if self.spans is None:
+            return None
+        return self.spans.adopt(tenant, key, tokens, start)
+
+    def take_pending(self) -> SchedulerOutput:
+        """KV moves decided outside a step (passages dropped while the engine is idle)."""
+        out = SchedulerOutput(kv_ops=self._pending_ops)
+        self._pending_ops = []
+        return out
 
     def pending_prefill(self) -> int:
         """The prefill backlog with the waiting replies' prompts (what they would compute)."""
@@ -525,7 +708,8 @@ class Scheduler:
         cached = max((common_prefix_len(h, req.prompt_tokens) for h in held), default=0)
         if self.host is not None:
             cached = max(cached, self.host.match(req.tenant, req.prompt_tokens, usable)[1])
-        return len(req.prompt_tokens) - min(cached, usable)
+        cached = min(cached, usable)
+        return len(req.prompt_tokens) - cached - self._placeable(req, cached)
 
     def _compact_if_fragmented(self, out: SchedulerOutput) -> None:
         """Pack the pool when at least as many cells have been freed since it was last packed
@@ -544,8 +728,11 @@ class Scheduler:
 
     def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
         """Record what the batch computed; return the requests that got a new token."""
+        self.warmed = []
         for chunk in out.prefills:
             chunk.request.num_computed = chunk.start + len(chunk.tokens)
+            if chunk.request.prefill_only and chunk.request.prefill_done:
+                self._finish_warm(chunk.request)
         advanced = []
         for req in out.sampling_requests():
             token = sampled.get(req.request_id)
@@ -771,7 +958,10 @@ class Scheduler:
         copy another sequence's KV into it (`entry` is `NO_ENTRY`): the batch did not run. The
         request computes its whole prompt instead (nothing was sampled from the failed state),
         the entry is forgotten."""
-        if self.host is not None and entry != NO_ENTRY:
+        if self.spans is not None and entry in self.spans:
+            self.spans.discard(entry)
+            self._pending_ops.append(DropSpan(entry))
+        elif self.host is not None and entry != NO_ENTRY:
             self.host.discard(entry)
             self._pending_ops.append(DropSaved(entry))
         slot = self.slots[seq_id]
@@ -780,5 +970,5 @@ class Scheduler:
         req = slot.request
         if req is None:
             return None
-        req.num_computed = req.num_cached = req.num_restored = 0
+        req.num_computed = req.num_cached = req.num_restored = req.num_placed = 0
         return req

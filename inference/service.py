@@ -16,11 +16,20 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from inference import metrics, modelstore
-from inference.engine import Engine
+from inference.engine import Engine, PassageFinder, PassageSource
 from inference.types import ChatMessage, Event
 from inference.worker import Submission
 
 logger = logging.getLogger(__name__)
+
+# Where company knowledge's passages are in a user message, and what its index holds: the
+# knowledge app registers both (knowledge/apps.py), so the engine knows nothing of its format.
+_passage_hooks: tuple[PassageFinder, PassageSource] | None = None
+
+
+def register_passages(find: PassageFinder, source: PassageSource) -> None:
+    global _passage_hooks
+    _passage_hooks = (find, source)
 
 
 class EngineClient(Protocol):
@@ -68,7 +77,9 @@ def build_engine() -> Engine:
         disk_store=_disk_store(model_path),
         kv_unified=settings.QASSIST_KV_UNIFIED,
         grammar_step_seconds=settings.QASSIST_GRAMMAR_STEP_SECONDS,
+        span_store=_span_store(model_path) if settings.QASSIST_PASSAGE_KV else None,
     )
+    find, source = _passage_hooks or (None, None)
     return Engine(
         runner,
         max_batch_tokens=settings.QASSIST_BATCH_TOKENS,
@@ -84,6 +95,12 @@ def build_engine() -> Engine:
         park_idle_steps=settings.QASSIST_PARK_IDLE_STEPS,
         compact_kv=settings.QASSIST_KV_COMPACT,
         max_prefill_backlog=settings.QASSIST_PREFILL_BACKLOG or None,
+        passage_kv=settings.QASSIST_PASSAGE_KV,
+        passage_cache_bytes=settings.QASSIST_PASSAGE_KV_MB * 1024 * 1024,
+        passage_disk_bytes=settings.QASSIST_PASSAGE_KV_DISK_MB * 1024 * 1024,
+        passage_recompute=settings.QASSIST_PASSAGE_KV_RECOMPUTE,
+        find_passages=find,
+        passage_source=source,
     )
 
 
@@ -92,9 +109,33 @@ def _disk_store(model_path: Path) -> Any:
     its folder cannot be used (then saved conversations beyond memory are recomputed)."""
     if settings.QASSIST_HOST_CACHE_MB <= 0 or settings.QASSIST_HOST_CACHE_DISK_MB <= 0:
         return None
+    from inference.kvdisk import DiskKvStore
+
+    try:
+        return DiskKvStore(Path(settings.QASSIST_HOST_CACHE_DIR), _fingerprint(model_path))
+    except OSError as exc:
+        logger.warning("saved conversations stay in memory only: %s", exc)
+        return None
+
+
+def _span_store(model_path: Path) -> Any:
+    """Passages' precomputed KV on disk (`QASSIST_PASSAGE_KV_DISK_MB`), in a folder of its own
+    (each store removes what it does not recognise in its folder), or None."""
+    if settings.QASSIST_PASSAGE_KV_DISK_MB <= 0:
+        return None
+    from inference.kvdisk import DiskKvStore
+
+    try:
+        return DiskKvStore(Path(settings.QASSIST_PASSAGE_KV_DIR), _fingerprint(model_path))
+    except OSError as exc:
+        logger.warning("passages' KV stays in memory only: %s", exc)
+        return None
+
+
+def _fingerprint(model_path: Path) -> str:
     import llama_cpp
 
-    from inference.kvdisk import DiskKvStore, model_fingerprint
+    from inference.kvdisk import model_fingerprint
 
     digest = modelstore.read_verified_digest(model_path)
     if digest is None:
@@ -105,12 +146,7 @@ def _disk_store(model_path: Path) -> Any:
     layout = (
         "f16/unified" if settings.QASSIST_KV_UNIFIED else f"f16/streams-{settings.QASSIST_PARALLEL}"
     )
-    fingerprint = model_fingerprint(digest, llama_cpp.__version__, layout)
-    try:
-        return DiskKvStore(Path(settings.QASSIST_HOST_CACHE_DIR), fingerprint)
-    except OSError as exc:
-        logger.warning("saved conversations stay in memory only: %s", exc)
-        return None
+    return model_fingerprint(digest, llama_cpp.__version__, layout)
 
 
 def lower_thread_priority(by: int) -> None:

@@ -312,6 +312,16 @@ class SpeedGovernor:
         current = now - self._yield_started if self._yield_started is not None else 0.0
         return self._yielded_seconds + max(0.0, current)
 
+    def prompt_seconds(self) -> float | None:
+        """Seconds one prompt token costs: measured beside decodes when it has been, else the
+        fitted line's; None until enough steps were seen."""
+        if self.prompt_token_seconds is not None:
+            return self.prompt_token_seconds
+        fit = self.model.coefficients()
+        if fit is None or self.model.steps_seen < MIN_STEPS or fit[2] <= 0:
+            return None
+        return fit[2]
+
     def step_seconds(self, streams: int) -> float | None:
         """A step's predicted seconds with `streams` decoding (None until enough steps were
         seen to trust the line): what each stream waits for its next token."""
@@ -339,6 +349,20 @@ def fill(slots: Sequence[Slot], count: int) -> tuple[list[float], list[Slot]]:
         starts.append(free_at)
         heapq.heappush(heap, (free_at + hold, hold))
     return starts, sorted(heap)
+
+
+def prefill_waits(backlog: int, prompts: Sequence[int], seconds_per_token: float) -> list[float]:
+    """When each waiting request's prompt will have been computed, in queue order: prompts are
+    computed one after another (a long one waits for the prompts admitted before it, the
+    prefill gate), after the `backlog` tokens admitted requests still have to compute. A
+    sequence free now does not give a first word before that: on a company corpus the queue is
+    the prompts', not the sequences' (docs/BENCHMARKS.md, "How many employees")."""
+    waits: list[float] = []
+    ahead = backlog
+    for tokens in prompts:
+        ahead += tokens
+        waits.append(ahead * seconds_per_token)
+    return waits
 
 
 def worth_retelling(told: float | None, estimate: float | None) -> bool:

@@ -47,6 +47,13 @@ class EngineStats:
     reused_tokens: int = 0  # ...kept in a sequence (its own or copied from another)
     restored_tokens: int = 0  # ...restored from the host-memory cache
     generated_tokens: int = 0
+    # Passage KV computed once (inference.passages): prompt tokens placed from it (also in
+    # cached_tokens), passage tokens of prompts computed in place (none was kept), passages
+    # computed once and the tokens that took (not in prefill_tokens).
+    placed_tokens: int = 0
+    passage_tokens_computed: int = 0
+    passages_computed: int = 0
+    warm_tokens: int = 0
     restore_failures: int = 0  # saved KV that could not be restored (recomputed instead)
     step_seconds: float = 0.0
     decode_seconds: float = 0.0
@@ -80,6 +87,10 @@ class EngineStats:
             "reused_tokens": self.reused_tokens,
             "restored_tokens": self.restored_tokens,
             "generated_tokens": self.generated_tokens,
+            "placed_tokens": self.placed_tokens,
+            "passage_tokens_computed": self.passage_tokens_computed,
+            "passages_computed": self.passages_computed,
+            "warm_tokens": self.warm_tokens,
             "restore_failures": self.restore_failures,
             "step_seconds": round(self.step_seconds, 4),
             "decode_seconds": round(self.decode_seconds, 4),

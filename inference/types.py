@@ -191,6 +191,9 @@ class PromptPart:
 
     text: str
     trusted: bool
+    # A passage of company knowledge (`inference.passages`): tokenised on its own, so that its
+    # tokens, and the KV computed for them once, are the same wherever it appears.
+    passage: bool = False
 
 
 def prompt_text(parts: Sequence[PromptPart]) -> str:
@@ -227,9 +230,24 @@ def parts_from(parts: Sequence[PromptPart], offset: int) -> list[PromptPart]:
         end = start + len(part.text)
         if end > offset:
             cut = max(0, offset - start)
-            out.append(PromptPart(part.text[cut:], part.trusted))
+            # A passage cut in two is no longer the passage whose KV is kept.
+            out.append(PromptPart(part.text[cut:], part.trusted, part.passage and not cut))
         start = end
     return out
+
+
+@dataclass(frozen=True)
+class Span:
+    """A passage in a prompt: `length` tokens from token `start`, whose KV is kept under `key`
+    (`inference.passages.span_key`: the tokens and the prompt before the first user message)."""
+
+    start: int
+    length: int
+    key: str
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
 
 
 @dataclass
@@ -252,6 +270,13 @@ class Request:
     num_computed: int = 0  # prompt tokens whose KV is in the sequence
     num_cached: int = 0  # of those, how many were reused instead of computed
     num_restored: int = 0  # of the reused, how many came back from the host-memory cache
+    # Passages in the prompt whose precomputed KV may be placed instead of computed, in order.
+    spans: list[Span] = field(default_factory=list)
+    anchor: int = 0  # tokens of the prompt the passages' KV was computed after
+    num_placed: int = 0  # of the cached, how many were placed from precomputed passage KV
+    # Computing a passage's KV once (`inference.passages`): the prompt is the opening of the
+    # conversation and the passage, nothing is sampled, and `warm` is saved when it is done.
+    warm: Span | None = None
     admitted_at: float | None = None
     output_tokens: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
@@ -263,6 +288,10 @@ class Request:
     def since(self) -> float:
         """When the client asked, on the engine's clock: the wait bound and TTFT count from it."""
         return self.arrival - self.waited
+
+    @property
+    def prefill_only(self) -> bool:
+        return self.warm is not None
 
     @property
     def prefill_done(self) -> bool:

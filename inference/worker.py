@@ -125,6 +125,8 @@ class EngineWorker:
         self.apply_cancellations()
         if not self.draining:
             self.admit()
+        if not self.engine.has_work and not self.draining:
+            self.engine.idle()  # passages' KV is computed when nothing else is to do
         if self.engine.has_work:
             self.transport.publish(self._step())
         self.maybe_heartbeat()

@@ -61,9 +61,44 @@ def _quote(text: str) -> str:
 
 
 def passage_text(passage: PassageText) -> str:
-    label = passage.title if not passage.where else f"{passage.title} — {passage.where}"
-    body = passage.text if passage.text is not None else REMOVED
-    return f"[{passage.number}] {_quote(label)}\n{_quote(body)}"
+    return f"[{passage.number}] {passage_body(passage.title, passage.where, passage.text)}"
+
+
+def passage_body(title: str, where: str, text: str | None) -> str:
+    """A passage as the model reads it, without its number: the same text in every prompt, so
+    its KV can be computed once (inference.passages; `passage_spans` finds it again)."""
+    label = title if not where else f"{title} — {where}"
+    return f"{_quote(label)}\n{_quote(text if text is not None else REMOVED)}"
+
+
+_BLOCK_START, _BLOCK_END = "<passages>\n", "\n</passages>"
+_NUMBER = re.compile(r"(?:^|\n\n)\[(\d{1,4})\] ")
+
+
+def passage_spans(content: str) -> list[tuple[int, int]]:
+    """Where each passage's `passage_body` is in a user message made by `user_content` ((start,
+    end) offsets): the engine computes their KV once and places it (docs/engine.md, "Passages
+    computed once"). Numbers follow each other in a message; a "[n] " inside a passage that
+    breaks that only makes a passage's text differ from the one kept (computed, never wrong)."""
+    if not content.startswith(_BLOCK_START):
+        return []
+    end = content.find(_BLOCK_END)
+    if end < 0:
+        return []
+    block = content[len(_BLOCK_START) : end]
+    starts: list[tuple[int, int]] = []  # (where the "[n] " begins, where the body begins)
+    last = 0
+    for match in _NUMBER.finditer(block):
+        number = int(match.group(1))
+        if starts and number != last + 1:
+            continue
+        starts.append((match.start(), match.end()))
+        last = number
+    spans = []
+    for i, (_, body) in enumerate(starts):
+        stop = starts[i + 1][0] if i + 1 < len(starts) else len(block)
+        spans.append((len(_BLOCK_START) + body, len(_BLOCK_START) + stop))
+    return spans
 
 
 def user_content(

@@ -248,6 +248,21 @@ def check_scheduling(app_configs: AppConfigs = None, **kwargs: Any) -> list[Chec
         hint="Megabytes of disk for idle conversations' KV beyond memory; 0 turns it off.",
     )
     number(
+        "QASSIST_PASSAGE_KV_MB",
+        positive=True,
+        hint="Megabytes of host memory for passages' precomputed KV (QASSIST_PASSAGE_KV).",
+    )
+    number(
+        "QASSIST_PASSAGE_KV_DISK_MB",
+        positive=False,
+        hint="Megabytes of disk for passages' precomputed KV beyond memory; 0 keeps none there.",
+    )
+    number(
+        "QASSIST_PASSAGE_KV_RECOMPUTE",
+        positive=False,
+        hint="Tokens at the start of each placed passage computed again; 0 for none.",
+    )
+    number(
         "QASSIST_PARK_IDLE_STEPS",
         positive=False,
         hint="Engine steps before an idle conversation's KV moves to host memory; 0 keeps it.",

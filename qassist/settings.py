@@ -266,6 +266,16 @@ QASSIST_PARK_IDLE_STEPS = env_int("QASSIST_PARK_IDLE_STEPS", 10)
 # (off only to measure what it gains).
 QASSIST_KV_COMPACT = env_bool("QASSIST_KV_COMPACT", True)
 QASSIST_HOST_CACHE_DIR = env_str("QASSIST_HOST_CACHE_DIR", str(VAR_DIR / "kvcache"))
+# Passage KV computed once (docs/engine.md, "Passages computed once"): each passage of company
+# knowledge computed after the tenant's system prompt when it is indexed (or when the engine is
+# idle), kept in memory and on disk, and placed into the questions that carry it.
+QASSIST_PASSAGE_KV = env_bool("QASSIST_PASSAGE_KV", False)
+QASSIST_PASSAGE_KV_MB = env_int("QASSIST_PASSAGE_KV_MB", 512)
+QASSIST_PASSAGE_KV_DISK_MB = env_int("QASSIST_PASSAGE_KV_DISK_MB", 8192)
+QASSIST_PASSAGE_KV_DIR = env_str("QASSIST_PASSAGE_KV_DIR", str(VAR_DIR / "passagekv"))
+# Tokens at the start of each placed passage computed again in place, where they attend to the
+# passages before them (0: none).
+QASSIST_PASSAGE_KV_RECOMPUTE = env_int("QASSIST_PASSAGE_KV_RECOMPUTE", 0)
 # Besides loopback and staff, who may read GET /metrics (CIDR networks, e.g. 10.0.0.0/8).
 QASSIST_METRICS_NETWORKS = env_list("QASSIST_METRICS_NETWORKS", "")
 QASSIST_THREADS = env_int("QASSIST_THREADS", os.cpu_count() or 2)

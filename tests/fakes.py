@@ -8,6 +8,10 @@ its sequence must hold exactly its prompt and its reply so far. A scheduler bug 
 conversation into another, or skips a position, fails loudly here. Saved sequences (host memory)
 are token lists too: a save must copy exactly what the sequence holds, a restore must name an
 entry that exists and was not dropped, and the saved entries must stay within the host budget.
+Passages computed once (`SaveSpan`) are kept with the tokens before them (their anchor), and a
+placed passage (`PlaceSpan`) must land exactly where its sequence ends, at the position its
+tokens have in the prompt: placed elsewhere, or in the wrong order, the next batch or sample
+fails here. Each placement records how far its cells moved.
 """
 
 from __future__ import annotations
@@ -22,12 +26,16 @@ from inference.engine import Engine
 from inference.scheduler import (
     CompactKv,
     DropSaved,
+    DropSpan,
     KvOp,
+    PlaceSpan,
     RestoreKv,
     SaveKv,
+    SaveSpan,
     SchedulerOutput,
     ShareKv,
     SpillSaved,
+    SpillSpan,
 )
 from inference.types import (
     NO_ENTRY,
@@ -134,6 +142,25 @@ class BatchRecord:
 
 
 @dataclass
+class FakeSpan:
+    """A passage's KV as the fake keeps it: its tokens, the position they were computed at and
+    the tokens they were computed after."""
+
+    tokens: list[int]
+    start: int
+    anchor: list[int]
+
+
+@dataclass(frozen=True)
+class Placement:
+    seq_id: int
+    entry: int
+    at: int
+    n_tokens: int
+    shift: int  # positions the cells moved from where they were computed
+
+
+@dataclass
 class FakeRunner:
     n_seq_max: int = 4
     n_ctx: int = 4096
@@ -177,6 +204,16 @@ class FakeRunner:
     # What a constrained request's grammar "took" in a step (from its output so far), reported
     # without sleeping; None: nothing.
     grammar_seconds: Callable[[Request], float] | None = None
+    # Passages computed once: entry -> its KV, in memory and on disk; budgets when set.
+    spans: dict[int, FakeSpan] = field(default_factory=dict)
+    span_disk: dict[int, tuple[str, str, FakeSpan]] = field(default_factory=dict)
+    span_budget_bytes: int | None = None
+    span_disk_budget_bytes: int | None = None
+    placements: list[Placement] = field(default_factory=list)
+    span_saves: list[SaveSpan] = field(default_factory=list)
+    fail_placements: bool = False
+    passage_kv: bool = True  # the model's keys can be moved (RoPE the runner knows)
+    left_span_files: dict[str, tuple[str, str, list[int], int]] = field(default_factory=dict)
 
     @property
     def saved_bytes(self) -> int:
@@ -188,6 +225,23 @@ class FakeRunner:
 
     def disk_entries(self) -> list[tuple[str, list[int], str]]:
         return [(tenant, tokens, key) for key, (tenant, tokens) in self.left_on_disk.items()]
+
+    @property
+    def span_bytes(self) -> int:
+        return sum(len(v.tokens) for v in self.spans.values()) * self.kv_bytes_per_token
+
+    @property
+    def span_disk_bytes(self) -> int:
+        return sum(len(v[2].tokens) for v in self.span_disk.values()) * self.kv_bytes_per_token
+
+    def span_files(self) -> list[tuple[str, str, list[int], int, str]]:
+        """Passages an earlier run left on disk: (tenant, key, tokens, start, name)."""
+        return [(t, k, toks, st, name) for name, (t, k, toks, st) in self.left_span_files.items()]
+
+    def bind_span_file(self, name: str, entry: int | None) -> None:
+        tenant, key, tokens, start = self.left_span_files.pop(name)
+        if entry is not None:
+            self.span_disk[entry] = (tenant, key, FakeSpan(tokens, start, []))
 
     def bind_disk_entry(self, key: str, entry: int | None) -> None:
         found = self.left_on_disk.pop(key)
@@ -301,12 +355,61 @@ class FakeRunner:
             elif isinstance(action, DropSaved):
                 found = self.saved.pop(action.entry, None) or self.disk.pop(action.entry, None)
                 assert found is not None or self.lose_disk_entries, "dropping a missing entry"
+            elif isinstance(action, SaveSpan):
+                held = self.kv.get(action.seq_id, [])
+                end = action.start + action.n_tokens
+                assert len(held) == end, "a passage is saved right after it was computed"
+                assert action.entry not in self.spans
+                assert action.entry not in self.span_disk
+                self.spans[action.entry] = FakeSpan(
+                    held[action.start : end], action.start, held[: action.start]
+                )
+                self.span_saves.append(action)
+            elif isinstance(action, SpillSpan):
+                kept = self.spans.pop(action.entry)  # only a passage in memory is spilled
+                assert kept.tokens == list(action.tokens)
+                assert kept.start == action.start
+                self.span_disk[action.entry] = (action.tenant, action.key, kept)
+            elif isinstance(action, DropSpan):
+                found_span = self.spans.pop(action.entry, None) or self.span_disk.pop(
+                    action.entry, None
+                )
+                assert found_span is not None, "dropping a passage that is not kept"
+            elif isinstance(action, PlaceSpan):
+                assert self.passage_kv, "placing passage KV on a model whose keys cannot move"
+                span = self.spans.get(action.entry) or (
+                    self.span_disk[action.entry][2] if action.entry in self.span_disk else None
+                )
+                assert span is not None, "placing a passage that is not kept"
+                held = self.kv.get(action.seq_id, [])
+                if self.fail_placements or action.seq_id in {seq for seq, _ in failed}:
+                    self.kv[action.seq_id] = []
+                    failed.append((action.seq_id, action.entry))
+                    continue
+                # llama.cpp would accept cells anywhere; a wrong position is a wrong answer.
+                assert len(held) == action.at, (
+                    f"sequence {action.seq_id}: a passage placed at {action.at} after "
+                    f"{len(held)} tokens"
+                )
+                assert action.offset + action.n_tokens <= len(span.tokens)
+                held.extend(span.tokens[action.offset : action.offset + action.n_tokens])
+                self.kv[action.seq_id] = held
+                shift = action.at - (span.start + action.offset)
+                self.placements.append(
+                    Placement(action.seq_id, action.entry, action.at, action.n_tokens, shift)
+                )
             elif not self._kv_op(action, lost={seq for seq, _ in failed}):
                 failed.append((action.seq_id, NO_ENTRY))
             if self.host_budget_bytes is not None:
                 assert self.saved_bytes <= self.host_budget_bytes, "host cache over its budget"
             if self.disk_budget_bytes is not None:
                 assert self.disk_bytes <= self.disk_budget_bytes, "disk cache over its budget"
+            if self.span_budget_bytes is not None:
+                assert self.span_bytes <= self.span_budget_bytes, "passage KV over its budget"
+            if self.span_disk_budget_bytes is not None:
+                assert self.span_disk_bytes <= self.span_disk_budget_bytes, (
+                    "passage KV on disk over its budget"
+                )
         if failed:
             raise RestoreFailed(failed)
         if out.is_empty:

@@ -113,9 +113,7 @@ def run_pytest(database_url: str, **env: str) -> subprocess.CompletedProcess[str
     )
 
 
-def test_a_database_url_whose_postgresql_cannot_serve_runs_the_tests_on_sqlite_saying_why() -> (
-    None
-):
+def test_a_database_url_whose_postgresql_cannot_serve_runs_the_tests_on_sqlite_saying_why() -> None:
     done = run_pytest(f"postgres://postgres@127.0.0.1:{closed_port()}/qassist")
 
     assert done.returncode == 0, done.stdout[-3000:]

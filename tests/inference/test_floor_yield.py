@@ -381,3 +381,30 @@ def test_an_estimate_is_told_again_once_it_moved_enough():
     assert worth_retelling(30.0, 23.0)
     assert not worth_retelling(2.0, 1.2)  # under a second
     assert speed.worth_retelling(2.0, 0.5)
+
+
+def test_an_estimate_counts_the_prompts_to_compute_ahead() -> None:
+    # Issue #35: on a company corpus the queue is the prompts'. Three questions of 700
+    # uncached tokens wait behind two running replies: the third's first word needs the two
+    # prompts before it and its own computed (4 ms a token here), whatever the sequences say.
+    e = measured_pair()
+    for i in range(2):
+        ask(e, f"run{i}", max_tokens=40)
+    for _ in range(5):
+        e.step()
+    params = SamplingParams(temperature=0, max_tokens=40)
+    for i in range(3):
+        messages = [ChatMessage("user", f"w{i} " + "passage text " * 55)]
+        assert e.add_request(f"w{i}", messages, params) == []
+    told = queued(e.step())
+    per_token = e.governor.prompt_seconds()
+    assert per_token is not None
+    prompts = [e.scheduler.uncached_estimate(r) for r in e.scheduler.waiting]
+    assert min(prompts) >= 700
+    waits = [told[f"w{i}"].estimated_wait or 0.0 for i in range(3)]
+    assert waits == sorted(waits)
+    assert waits[2] >= 0.95 * sum(prompts) * per_token
+    # Without the prompts the sequences alone would have said less: w0 and w1 free together.
+    slots = e.queue_slots(time.monotonic())
+    assert slots is not None
+    assert waits[1] > fill(slots, 3)[0][1] + 0.5
