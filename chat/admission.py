@@ -32,6 +32,7 @@ from inference.service import PromptCounter, get_engine_client, get_prompt_count
 from inference.types import ChatMessage, SamplingParams
 from inference.worker import Submission
 from knowledge import turns as knowledge_turns
+from knowledge.access import reader_for_principal
 from tenants.limits import Plan
 from tenants.models import Tenant
 from tenants.services import (
@@ -255,7 +256,9 @@ def _admit(
     cached = None
     if cacheable and not background:
         matched = cache_conversation if cache_conversation is not None else conversation
-        cached = services.cached_reply_lookup(tenant=tenant, conversation=list(matched))
+        cached = services.cached_reply_lookup(
+            tenant=tenant, conversation=list(matched), reader=reader_for_principal(principal)
+        )
     without_model = cached is not None or canned_answer is not None
     if not without_model and not background and get_engine_client().at_capacity():
         # The engine's queue is full: refused now, like a limit, before anything is stored
@@ -366,7 +369,9 @@ def api_begin(
     """Admit a REST request, then store it as a conversation of its API key."""
     assert principal.api_key is not None
     messages = services.check_api_messages(messages)
-    conversation, passages, plain = services.api_prepare(tenant=principal.tenant, messages=messages)
+    conversation, passages, plain = services.api_prepare(
+        tenant=principal.tenant, messages=messages, reader=reader_for_principal(principal)
+    )
     canned = None
     if passages is not None and passages.decline:
         canned = knowledge_turns.decline_text(tenant=principal.tenant)

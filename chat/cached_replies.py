@@ -29,6 +29,7 @@ from chat.models import (
 )
 from chat.question_keys import normalize_question, reply_keys
 from inference.types import ChatMessage, Delta, Done, Failed
+from knowledge.access import Reader
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -125,20 +126,67 @@ def candidates_recurring(
     return queryset.filter(count__gte=min_count)
 
 
-# What a cached reply keeps of its answer's sources: enough to list them and open the passage.
-SOURCE_KEYS = ("number", "title", "where", "passage_id", "document_id", "snippet", "quotes")
+# What a cached reply keeps of its answer's sources: enough to list them and open the passage,
+# and who may read them (their documents' audience then, for when a document is gone).
+SOURCE_KEYS = (
+    "number",
+    "title",
+    "where",
+    "passage_id",
+    "document_id",
+    "snippet",
+    "quotes",
+    "audience",
+)
+
+
+def _document_key(document_id: object) -> uuid.UUID | None:
+    if not isinstance(document_id, str) or not document_id.startswith("doc-"):
+        return None
+    try:
+        return uuid.UUID(document_id.removeprefix("doc-"))
+    except ValueError:
+        return None
+
+
+def sources_audiences(sources: list[dict[str, Any]]) -> list[str]:
+    """Who may read each source (its document's audience now; once the document is gone, the
+    audience it was stored with), in the sources' order."""
+    from knowledge.models import Document
+
+    keys = [_document_key(s.get("document_id")) for s in sources]
+    current = dict(
+        Document.objects.filter(id__in=[k for k in keys if k is not None]).values_list(
+            "id", "audience"
+        )
+    )
+    return [
+        current.get(key, str(source.get("audience") or "")) if key is not None else ""
+        for key, source in zip(keys, sources, strict=True)
+    ]
+
+
+def cached_reply_readable(*, reply: CachedReply, reader: Reader) -> bool:
+    """Whether `reader` may be served `reply`: a reply made from an answer rests on its
+    sources, and one resting on a document limited to groups the asker is not in is not theirs
+    to read (they are answered by the model, from what they may read)."""
+    if not reply.sources or reader.reads_everything:
+        return True
+    return all(reader.may_read(a) for a in sources_audiences(list(reply.sources)))
 
 
 def cached_reply_evidence(reply: CachedReply) -> dict[str, Any]:
     """The evidence a served cached reply carries: its sources, each with its quotes."""
-    if not reply.sources:
+    shown = [s for s in reply.sources or [] if not s.get("hidden")]
+    if not shown:
         return {}
     return {
         "verdict": "cached",
-        "quotes": {str(s["number"]): list(s.get("quotes") or []) for s in reply.sources},
+        "quotes": {str(s["number"]): list(s.get("quotes") or []) for s in shown},
         "unsupported": [],
         "earlier": [
-            {**{k: v for k, v in s.items() if k != "quotes"}, "cited": True} for s in reply.sources
+            {**{k: v for k, v in s.items() if k not in ("quotes", "audience")}, "cited": True}
+            for s in shown
         ],
     }
 
@@ -159,6 +207,10 @@ def candidate_promote(
     use_draft = candidate.draft_status == CachedReplyCandidate.DraftStatus.READY
     if answer is None:
         answer = candidate.draft_answer if use_draft else candidate.last_answer
+    # Every passage the answer's question was given is kept (the model read them all), so
+    # that serving the reply follows who may read each; only the cited or quoted ones are
+    # shown under it.
+    given = list(sources or [])
     reply = CachedReply(
         tenant=candidate.tenant,
         question=candidate.question,
@@ -166,9 +218,12 @@ def candidate_promote(
         enabled=False,
         created_by=user,
         sources=[
-            {k: v for k, v in source.items() if k in SOURCE_KEYS}
-            for source in sources or []
-            if source.get("cited") or source.get("quotes")
+            {
+                **{k: v for k, v in source.items() if k in SOURCE_KEYS},
+                "audience": audience,
+                **({} if source.get("cited") or source.get("quotes") else {"hidden": True}),
+            }
+            for source, audience in zip(given, sources_audiences(given), strict=True)
         ],
     )
     reply.full_clean()

@@ -22,12 +22,13 @@ from django.http import Http404
 from django.utils import timezone
 
 from chat.cache import get_index
-from chat.cached_replies import candidate_record
+from chat.cached_replies import cached_reply_readable, candidate_record
 from chat.language import same_language
 from chat.models import CachedReply, ChatSession, CustomInstructions, Message
 from chat.question_keys import normalize_question
 from inference.types import ChatMessage, Done, Failed, SamplingParams
 from knowledge import turns as knowledge
+from knowledge.access import PUBLIC, Reader, reader_for_session, reader_for_user
 from tenants.models import Tenant, UsageRecord
 
 MAX_MESSAGE_CHARS = 32_000
@@ -354,7 +355,8 @@ def branch_data(*, session: ChatSession) -> list[dict[str, Any]]:
     children = versions_of(session=session)
     messages = branch_messages(session=session)
     passages = knowledge.branch_passages(
-        [m.parent_id for m in messages if m.role == Message.Role.ASSISTANT and m.parent_id]
+        [m.parent_id for m in messages if m.role == Message.Role.ASSISTANT and m.parent_id],
+        reader=reader_for_session(session),
     )
     return [
         message_data(
@@ -438,10 +440,15 @@ def history_for(
         and not (m.role == Message.Role.ASSISTANT and not m.content)
     ]
     questions = [m for m in kept if m.role == Message.Role.USER]
+    # The owner as they are now: passages of documents they may no longer read are left out
+    # of what the model reads, the sources shown, and the support of the next reply.
+    reader = reader_for_session(session)
     knowledge_on = any(m.grounding for m in questions) or knowledge_searchable(
-        tenant=session.tenant, session_id=session.id
+        tenant=session.tenant, session_id=session.id, reader=reader
     )
-    passages = knowledge.branch_passages([m.id for m in questions]) if knowledge_on else {}
+    passages = (
+        knowledge.branch_passages([m.id for m in questions], reader=reader) if knowledge_on else {}
+    )
     rendered = (
         knowledge.render_history([(m.id, m.content, m.grounding) for m in questions], passages)
         if knowledge_on
@@ -468,10 +475,10 @@ def conversation_for(
     return history_for(session=session, before=before, through=through).conversation
 
 
-def knowledge_searchable(*, tenant: Tenant, session_id: object) -> bool:
+def knowledge_searchable(*, tenant: Tenant, session_id: object, reader: Reader = PUBLIC) -> bool:
     from knowledge.services import searchable
 
-    return searchable(tenant=tenant, session_id=session_id)
+    return searchable(tenant=tenant, session_id=session_id, reader=reader)
 
 
 # --- one turn ------------------------------------------------------------------------------
@@ -586,12 +593,15 @@ def _with_passages(
     session_id: uuid.UUID | None,
     history: History,
     content: str,
+    reader: Reader,
 ) -> tuple[list[ChatMessage], knowledge.TurnPassages | None, list[ChatMessage]]:
     """The conversation for a new question (`content` after `history`): with its passages when
     company knowledge applies (unless a cached reply answers it), and without them (for the
-    cached-reply match)."""
+    cached-reply match). Only documents `reader` may read are searched."""
     plain = [*history.conversation, ChatMessage("user", content)]
-    if not history.knowledge_on or cached_reply_would_answer(tenant=tenant, conversation=plain):
+    if not history.knowledge_on or cached_reply_would_answer(
+        tenant=tenant, conversation=plain, reader=reader
+    ):
         return plain, None, plain
     room = _passage_room(plain)
     if room is None:
@@ -603,6 +613,7 @@ def _with_passages(
         earlier_questions=history.questions,
         earlier_passages=history.passages,
         token_budget=room,
+        reader=reader,
     )
     if passages is None:
         return plain, None, plain
@@ -615,8 +626,9 @@ def turn_prepare_send(
 ) -> TurnPlan:
     content = check_message_content(content)
     session = None
+    reader = reader_for_user(user=user, tenant=tenant)
     if session_id is None:
-        on = knowledge_searchable(tenant=tenant, session_id=None)
+        on = knowledge_searchable(tenant=tenant, session_id=None, reader=reader)
         instructions = custom_instructions_get(user_id=user.pk)
         history = History(
             system_messages(tenant=tenant, knowledge_on=on, instructions=instructions), on
@@ -626,7 +638,7 @@ def turn_prepare_send(
         _no_reply_in_progress(session)
         history = history_for(session=session)
     conversation, passages, plain = _with_passages(
-        tenant=tenant, session_id=session_id, history=history, content=content
+        tenant=tenant, session_id=session_id, history=history, content=content, reader=reader
     )
     return TurnPlan(
         TurnKind.SEND, user, tenant, session, conversation, content, passages=passages, plain=plain
@@ -639,7 +651,9 @@ def draft_conversations(
     """What the model would read if `content` were sent now (its passages aside, which are
     found when it is sent): in this conversation, and alone in a new one (the way out when
     the history is what makes it too long). Stores nothing."""
-    on = knowledge_searchable(tenant=tenant, session_id=None)
+    on = knowledge_searchable(
+        tenant=tenant, session_id=None, reader=reader_for_user(user=user, tenant=tenant)
+    )
     instructions = custom_instructions_get(user_id=user.pk)
     alone = [
         *system_messages(tenant=tenant, knowledge_on=on, instructions=instructions),
@@ -704,7 +718,11 @@ def turn_prepare_edit(
         )
     history = history_for(session=session, before=last_user)
     conversation, passages, plain = _with_passages(
-        tenant=tenant, session_id=session.id, history=history, content=content
+        tenant=tenant,
+        session_id=session.id,
+        history=history,
+        content=content,
+        reader=reader_for_user(user=user, tenant=tenant),
     )
     return TurnPlan(
         TurnKind.EDIT,
@@ -818,7 +836,11 @@ def turn_start(*, plan: TurnPlan) -> Turn:
     sources = (
         plan.sources
         if plan.kind is not TurnKind.REGENERATE
-        else knowledge.sources_of(list(user_message.passages.all()))
+        else knowledge.sources_of(
+            knowledge.branch_passages(
+                [user_message.id], reader=reader_for_user(user=plan.user, tenant=plan.tenant)
+            ).get(user_message.id, [])
+        )
     )
     return Turn(session, user_message, reply, plan.conversation, created, versions, sources)
 
@@ -1022,9 +1044,14 @@ def message_data(
         data["versions"] = versions
     if message.role == Message.Role.ASSISTANT:
         if sources is None:
+            reader = reader_for_session(message.session)
             sources = (
                 knowledge.sources_of(
-                    list(knowledge.branch_passages([message.parent_id]).get(message.parent_id, [])),
+                    list(
+                        knowledge.branch_passages([message.parent_id], reader=reader).get(
+                            message.parent_id, []
+                        )
+                    ),
                     reply_text=message.content,
                     evidence=message.evidence,
                 )
@@ -1052,11 +1079,14 @@ def first_turn_question(conversation: list[ChatMessage]) -> str | None:
     return turns[0].content
 
 
-def cached_reply_lookup(*, tenant: Tenant, conversation: list[ChatMessage]) -> CachedReply | None:
+def cached_reply_lookup(
+    *, tenant: Tenant, conversation: list[ChatMessage], reader: Reader = PUBLIC
+) -> CachedReply | None:
     """A curated answer for a single-turn question: the tenant's own if one is in force, else
-    the one for every tenant. Reads the in-process index (chat/cache.py): no database query
-    while the table is unchanged; a hit costs one UPDATE of its counter. The returned reply is
-    shared by the process: read it, do not change it."""
+    the one for every tenant, unless it rests on documents `reader` may not read. Reads the
+    in-process index (chat/cache.py): no database query while the table is unchanged; a hit
+    costs one UPDATE of its counter. The returned reply is shared by the process: read it, do
+    not change it."""
     question = first_turn_question(conversation)
     if question is None:
         return None
@@ -1065,20 +1095,24 @@ def cached_reply_lookup(*, tenant: Tenant, conversation: list[ChatMessage]) -> C
         return None
     now = timezone.now()
     reply = get_index().lookup(tenant_id=tenant.id, key=key, now=now)
+    if reply is not None and not cached_reply_readable(reply=reply, reader=reader):
+        return None  # the question goes to the model, which reads what this asker may read
     if reply is not None:
         CachedReply.objects.filter(id=reply.id).update(hits=F("hits") + 1, last_hit_at=now)
     return reply
 
 
-def cached_reply_would_answer(*, tenant: Tenant, conversation: list[ChatMessage]) -> bool:
-    """Whether `cached_reply_lookup` would find a curated answer (no hit is counted): such a
-    question needs no passages."""
+def cached_reply_would_answer(
+    *, tenant: Tenant, conversation: list[ChatMessage], reader: Reader = PUBLIC
+) -> bool:
+    """Whether `cached_reply_lookup` would find a curated answer for `reader` (no hit is
+    counted): such a question needs no passages."""
     question = first_turn_question(conversation)
     key = normalize_question(question) if question is not None else ""
-    return (
-        bool(key)
-        and get_index().lookup(tenant_id=tenant.id, key=key, now=timezone.now()) is not None
-    )
+    if not key:
+        return False
+    reply = get_index().lookup(tenant_id=tenant.id, key=key, now=timezone.now())
+    return reply is not None and cached_reply_readable(reply=reply, reader=reader)
 
 
 def title_sampling() -> SamplingParams:
@@ -1106,15 +1140,16 @@ def api_conversation(*, tenant: Tenant, messages: list[ChatMessage]) -> list[Cha
 
 
 def api_prepare(
-    *, tenant: Tenant, messages: list[ChatMessage]
+    *, tenant: Tenant, messages: list[ChatMessage], reader: Reader = PUBLIC
 ) -> tuple[list[ChatMessage], knowledge.TurnPassages | None, list[ChatMessage]]:
-    """The model's conversation for a REST request, its last question given passages when
-    the tenant has company knowledge; and the conversation without them (for cached replies).
-    A REST request carries its own history: earlier questions are read as they were sent."""
+    """The model's conversation for a REST request, its last question given passages (of the
+    documents `reader`, its key, may read) when the tenant has company knowledge; and the
+    conversation without them (for cached replies). A REST request carries its own history:
+    earlier questions are read as they were sent."""
     plain = api_conversation(tenant=tenant, messages=messages)
-    if not knowledge_searchable(tenant=tenant, session_id=None) or cached_reply_would_answer(
-        tenant=tenant, conversation=plain
-    ):
+    if not knowledge_searchable(
+        tenant=tenant, session_id=None, reader=reader
+    ) or cached_reply_would_answer(tenant=tenant, conversation=plain, reader=reader):
         return plain, None, plain
     room = _passage_room(plain)
     if room is None:
@@ -1126,6 +1161,7 @@ def api_prepare(
         question=messages[last].content,
         earlier_questions=[m.content for m in messages[:last] if m.role == "user"],
         token_budget=room,
+        reader=reader,
     )
     if passages is None:
         return plain, None, plain
@@ -1197,12 +1233,17 @@ def api_turn_start(
     return Turn(session, user_message, reply, conversation, sources=sources)
 
 
-def api_completion_get(*, tenant: Tenant, session_id: uuid.UUID) -> tuple[ChatSession, Message]:
+def api_completion_get(
+    *, tenant: Tenant, session_id: uuid.UUID, reader: Reader | None = None
+) -> tuple[ChatSession, Message]:
     """A completion made with any of the tenant's API keys, and its reply; anything else
-    (another tenant's, a browser conversation) is a 404."""
+    (another tenant's, a browser conversation, one whose answer rests on documents `reader`,
+    the asking key, may not read) is a 404."""
     session = ChatSession.objects.filter(
         id=session_id, tenant=tenant, api_key__isnull=False
     ).first()
+    if session is not None and reader is not None and not _readable_by(session, reader):
+        session = None
     reply = (
         session.messages.filter(role=Message.Role.ASSISTANT).order_by("-id").first()
         if session is not None
@@ -1211,3 +1252,25 @@ def api_completion_get(*, tenant: Tenant, session_id: uuid.UUID) -> tuple[ChatSe
     if session is None or reply is None:
         raise Http404("No such completion.")
     return session, reply
+
+
+def api_completion_for(*, principal: Any, session_id: uuid.UUID) -> tuple[ChatSession, Message]:
+    """`api_completion_get` for the key asking (tenants.services.Principal): a completion
+    resting on documents its scope does not cover is a 404 to it."""
+    from knowledge.access import reader_for_principal
+
+    return api_completion_get(
+        tenant=principal.tenant, session_id=session_id, reader=reader_for_principal(principal)
+    )
+
+
+def _readable_by(session: ChatSession, reader: Reader) -> bool:
+    """Whether every passage the conversation's questions were given is one `reader` may
+    read (its replies may rest on any of them)."""
+    from knowledge.models import Passage
+    from knowledge.services import passages_of
+
+    questions = list(session.messages.filter(role=Message.Role.USER).values_list("id", flat=True))
+    given = Passage.objects.filter(message_id__in=questions).count()
+    readable = sum(len(p) for p in passages_of(message_ids=questions, reader=reader).values())
+    return given == readable

@@ -33,6 +33,7 @@ from chat.models import ChatSession
 from chat.services import ChatError
 from feedback.services import messages_with_feedback
 from knowledge import services as knowledge
+from knowledge.access import reader_for_user
 from knowledge.models import Document
 from knowledge.services import KnowledgeError
 from qassist.errors import json_error
@@ -191,7 +192,10 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
     if membership is None:
         return render(request, "chat/no_tenant.html", status=403)
     sessions = services.sessions_for_user(user=user, tenant=membership.tenant)
-    knowledge_info = knowledge.knowledge_summary(tenant=membership.tenant)
+    knowledge_info = knowledge.knowledge_summary(
+        tenant=membership.tenant,
+        reader=reader_for_user(user=_user(request), tenant=membership.tenant),
+    )
     page_data = {
         "session": session_data(session) if session is not None else None,
         "messages": _visible_messages(session, user) if session is not None else [],
@@ -523,7 +527,9 @@ def attachment(request: HttpRequest, document_id: uuid.UUID) -> HttpResponse:
 @json_endpoint
 @require_GET
 def passage(request: HttpRequest, passage_id: int) -> HttpResponse:
-    """A source's passage, whole: what the dialog under a reply shows."""
+    """A source's passage, whole: what the dialog under a reply shows, with where its document
+    lives when it was synced (a page's URL, a file's path in the share). A passage of a
+    document limited to groups the user is not in is a 404 like one that never existed."""
     membership = _membership_or_404(request, "No such passage.")
     chunk = knowledge.passage_for_user(
         user=_user(request), tenant=membership.tenant, passage_id=passage_id
@@ -541,6 +547,10 @@ def passage(request: HttpRequest, passage_id: int) -> HttpResponse:
                 "title": document.title,
                 "filename": document.filename,
                 "download_url": reverse("chat:document_file", args=[document.pk]),
+                "origin": document.origin or None,
+                "origin_url": document.origin
+                if document.origin.startswith(("https://", "http://"))
+                else None,
             },
         }
     )

@@ -32,7 +32,8 @@ from chat.models import CachedReply, CachedReplyCandidate, ChatSession, ContentR
 from chat.question_keys import normalize_question
 from chat.services import ChatError
 from feedback.models import Feedback
-from tenants.models import Tenant
+from knowledge.access import PUBLIC, reader_for_api_key, reader_for_user
+from tenants.models import ApiKey, Tenant
 
 MAX_COMMENT_CHARS = 500
 REASONS = {choice.value for choice in Feedback.Reason}
@@ -144,11 +145,17 @@ def feedback_clear(*, user: User, tenant: Tenant, message_id: int) -> bool:
 
 
 def feedback_completion_set(
-    *, tenant: Tenant, api_key_id: int | None, session_id: uuid.UUID, rating: Rating
+    *,
+    tenant: Tenant,
+    api_key_id: int | None,
+    session_id: uuid.UUID,
+    rating: Rating,
 ) -> tuple[ChatSession, Feedback]:
-    """An integration's rating of a completion (any key of its tenant; one per completion,
-    replaced by the next)."""
-    session, reply = chat.api_completion_get(tenant=tenant, session_id=session_id)
+    """An integration's rating of a completion (any key of its tenant that may read what it
+    rests on; one per completion, replaced by the next)."""
+    api_key = ApiKey.objects.filter(pk=api_key_id, tenant=tenant).first() if api_key_id else None
+    reader = reader_for_api_key(api_key=api_key) if api_key is not None else PUBLIC
+    session, reply = chat.api_completion_get(tenant=tenant, session_id=session_id, reader=reader)
     feedback = _upsert(
         reply=reply, tenant_id=tenant.pk, user=None, rating=rating, api_key_id=api_key_id
     )
@@ -290,6 +297,10 @@ HIDDEN_FOLLOW_UP = (
 HIDDEN_ATTACHED = (
     "Not shown: files were attached to that conversation, and the tenant's content audit is off."
 )
+HIDDEN_GROUPS = (
+    "Not shown: the answer rests on documents limited to groups you are not in "
+    "(under the content audit too)."
+)
 
 
 def _earlier(session_path: str, question_path: str) -> Exists:
@@ -368,6 +379,10 @@ def feedback_report(
         reads += _reveal_question(row, readable, candidates, report.min_count)
     for row in report.best:
         reads += _reveal_question(row, readable, candidates, report.min_count)
+        if not _answer_readable(row, reader):
+            row.answer = None
+            row.hidden = HIDDEN_GROUPS
+            continue
         reads += _reveal_answer(row, readable, candidates)
     _log_reads(reader, reads)
     return report
@@ -451,6 +466,28 @@ def _unanswered(tenants: QuerySet[Tenant] | None) -> dict[Any, ReportRow]:
         earlier = question.earlier
         row._first_only = row._first_only and not _follow_up(question, question.session, earlier)
     return rows
+
+
+def answer_readable_by(
+    *, user: AbstractBaseUser | AnonymousUser, tenant: Tenant, question_id: int
+) -> bool:
+    """Whether `user` may read every passage the question was given (an answer to it may rest
+    on any of them): the group rule of knowledge.access applies to the feedback page too."""
+    from knowledge.models import Passage
+    from knowledge.services import passages_of
+
+    groups = reader_for_user(user=user, tenant=tenant)
+    given = Passage.objects.filter(message_id=question_id).count()
+    if not given:
+        return True
+    readable = passages_of(message_ids=[question_id], reader=groups).get(question_id, [])
+    return len(readable) == given
+
+
+def _answer_readable(row: ReportRow, reader: AbstractBaseUser | AnonymousUser) -> bool:
+    if row._latest is None:
+        return True
+    return answer_readable_by(user=reader, tenant=row.tenant, question_id=row._latest.id)
 
 
 def _reveal_question(
@@ -549,6 +586,8 @@ def feedback_promote(
     if not readable and (not common or _attached_sessions({reply.session_id})):
         raise Http404("No such answer.")
     if not Feedback.objects.filter(message=reply, rating=Feedback.Rating.UP).exists():
+        raise Http404("No such answer.")
+    if not answer_readable_by(user=reader, tenant=tenant, question_id=reply.parent.id):
         raise Http404("No such answer.")
     if candidate is None:  # counted before candidates were (or asked when the cache was off)
         candidate = CachedReplyCandidate.objects.create(

@@ -33,7 +33,7 @@ from knowledge import parsers, services
 from knowledge.models import Chunk, Document, KnowledgeBase
 from knowledge.parsers.detect import EXTENSIONS, SUPPORTED_TEXT
 from tenants.admin_scope import TenantScopedAdmin, admin_tenants, is_tenant_admin, tenant_filter
-from tenants.models import Tenant
+from tenants.models import Tenant, TenantGroup
 
 FORMAT_NAMES = {
     parsers.PDF: "PDF",
@@ -109,12 +109,26 @@ class DocumentUploadForm(forms.Form):
         help_text="Only when uploading one file. Empty: the document's own title (a PDF's or "
         "an HTML page's, a Markdown file's first heading), else its file name.",
     )
+    groups = forms.ModelMultipleChoiceField(
+        queryset=TenantGroup.objects.none(),
+        required=False,
+        label="Only for these groups",
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None chosen: everyone in the tenant may read them. Else only members of the "
+        "groups chosen (groups of the tenant above).",
+    )
 
     def __init__(self, *args: Any, tenants: QuerySet[Tenant] | None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         field = self.fields["tenant"]
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = upload_tenants(tenants)
+        groups = self.fields["groups"]
+        assert isinstance(groups, forms.ModelMultipleChoiceField)
+        groups.queryset = TenantGroup.objects.filter(tenant__in=field.queryset).select_related(
+            "tenant"
+        )
+        groups.label_from_instance = lambda g: f"{g.tenant}: {g.name}"  # type: ignore[method-assign,assignment]
         if tenants is not None and len(field.queryset) == 1:
             field.empty_label = None  # their one tenant, chosen already
         attrs = {"accept": ACCEPT, "data-qa-max-bytes": str(_max_file_bytes())}
@@ -124,6 +138,11 @@ class DocumentUploadForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        tenant = cleaned.get("tenant")
+        if tenant is not None and any(
+            g.tenant_id != tenant.pk for g in cleaned.get("groups") or []
+        ):
+            self.add_error("groups", f"Choose groups of {tenant}.")
         if str(cleaned.get("title") or "").strip() and len(cleaned.get("documents") or []) > 1:
             self.add_error(
                 "title",
@@ -131,6 +150,34 @@ class DocumentUploadForm(forms.Form):
                 "(each is named by its own title or its file name).",
             )
         return cleaned
+
+
+class DocumentReadersForm(forms.Form):
+    """Who may read a document (knowledge.access), on its page; fields joined to the form
+    `readers-form` by their `form` attribute, like the replacement's."""
+
+    limited = forms.BooleanField(
+        required=False,
+        label="Only some groups",
+        widget=forms.CheckboxInput(attrs={"form": "readers-form"}),
+        help_text="Off: everyone in the tenant reads it. On: only members of the groups chosen "
+        "(none chosen: nobody but the admin). A synced document follows its source's setting at "
+        "the source's next sync.",
+    )
+    groups = forms.ModelMultipleChoiceField(
+        queryset=TenantGroup.objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple(attrs={"form": "readers-form"}),
+        help_text="The tenant's groups (Tenants and people › Groups).",
+    )
+
+    def __init__(self, *args: Any, document: Document, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["groups"]
+        assert isinstance(field, forms.ModelMultipleChoiceField)
+        field.queryset = TenantGroup.objects.filter(tenant_id=document.tenant_id)
+        if not self.is_bound:
+            self.initial = {"limited": bool(document.audience), "groups": document.groups.all()}
 
 
 class DocumentReplaceForm(forms.Form):
@@ -254,6 +301,8 @@ def _passage_row(chunk: Chunk) -> PassageRow:
 DOCUMENT_FIELDS = [
     "title",
     "tenant",
+    "readers",
+    "origin_text",
     "filename",
     "file_format",
     "size_text",
@@ -383,6 +432,17 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
     def indexed(self, obj: Document) -> str:
         return _when(obj.indexed_at)
 
+    @admin.display(description="who may read it")
+    def readers(self, obj: Document) -> str:
+        if not obj.audience:
+            return "Everyone in the tenant"
+        names = ", ".join(sorted(g.name for g in obj.groups.all()))
+        return f"Members of {names}" if names else "Nobody: its groups were deleted; choose again"
+
+    @admin.display(description="synced from")
+    def origin_text(self, obj: Document) -> str:
+        return obj.origin or "— (uploaded)"
+
     @admin.display(description="SHA-256")
     def checksum(self, obj: Document) -> str:
         return obj.sha256
@@ -417,6 +477,11 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
                 "<path:object_id>/reindex/",
                 view(self.reindex_view),
                 name="knowledge_document_reindex",
+            ),
+            path(
+                "<path:object_id>/readers/",
+                view(self.readers_view),
+                name="knowledge_document_readers",
             ),
         ]
         return own + super().get_urls()
@@ -459,6 +524,7 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
             "can_manage": self.has_manage_permission(request, document),
             "can_reindex": document.status in (Document.Status.READY, Document.Status.FAILED),
             "replace_form": DocumentReplaceForm(),
+            "readers_form": DocumentReadersForm(document=document),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, context)
@@ -525,6 +591,25 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
             f"Version {document.version} is queued for indexing; {meanwhile}",
             messages.SUCCESS,
         )
+        return back
+
+    def readers_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        document = self._document_or_404(request, object_id)
+        if not self.has_manage_permission(request, document):
+            raise PermissionDenied
+        back = HttpResponseRedirect(reverse("admin:knowledge_document_change", args=[document.pk]))
+        if request.method != "POST":
+            return back
+        form = DocumentReadersForm(request.POST, document=document)
+        if not form.is_valid():
+            self.message_user(
+                request, "Nothing changed: choose the tenant's groups.", messages.ERROR
+            )
+            return back
+        groups = list(form.cleaned_data["groups"]) if form.cleaned_data["limited"] else None
+        services.document_set_groups(document=document, groups=groups)
+        self.log_change(request, document, f"Who may read it: {self.readers(document)}.")
+        self.message_user(request, f"Who may read it: {self.readers(document)}.", messages.SUCCESS)
         return back
 
     def reindex_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -597,8 +682,9 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
         if request.method == "POST" and form.is_valid():
             tenant: Tenant = form.cleaned_data["tenant"]
             title: str = form.cleaned_data["title"]
+            groups = list(form.cleaned_data["groups"]) or None
             results = [
-                self._upload_one(request, tenant, file, title)
+                self._upload_one(request, tenant, file, title, groups)
                 for file in form.cleaned_data["documents"]
             ]
             # Post/Redirect/Get: the results wait in the session for the page that shows
@@ -633,7 +719,12 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
         return f"{url}?tenant__id__exact={tenant.pk}" if tenant is not None else url
 
     def _upload_one(
-        self, request: HttpRequest, tenant: Tenant, file: UploadedFile, title: str
+        self,
+        request: HttpRequest,
+        tenant: Tenant,
+        file: UploadedFile,
+        title: str,
+        groups: list[TenantGroup] | None = None,
     ) -> UploadResult:
         name = file.name or "upload"
         try:
@@ -643,6 +734,7 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
                 upload=services.Upload(name, file.read()),
                 title=title,
                 uploaded_by=_user(request),
+                groups=groups,
             )
         except services.KnowledgeError as error:
             return UploadResult(name, accepted=False, message=error.message)

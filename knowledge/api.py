@@ -1,15 +1,18 @@
 """REST for a tenant's knowledge base, with the tenant's API keys (docs/api.md):
 
     GET    /v1/knowledge/documents                 the documents, and the storage used
-    POST   /v1/knowledge/documents                 multipart: file (and title): upload (202)
+    POST   /v1/knowledge/documents                 multipart: file (title, groups): upload (202)
     GET    /v1/knowledge/documents/{id}            one document: status, progress, error
     PUT    /v1/knowledge/documents/{id}            multipart: file (and title): a new version
+    PATCH  /v1/knowledge/documents/{id}            JSON {"groups": [...] | null}: who may read it
     DELETE /v1/knowledge/documents/{id}            the document with its passages and vectors
     GET    /v1/knowledge/documents/{id}/content    the file as uploaded
 
-Another tenant's document, or a conversation's attachment, is a 404 like one that does not
-exist. Indexing runs in the background: a document is `queued`, then `indexing` (with
-`progress`), then `ready` or `failed` (with `error`).
+Another tenant's document, a conversation's attachment, or a document limited to groups the
+key's scope does not cover (knowledge.access) is a 404 like one that does not exist. A key
+limited to groups may limit documents only to groups it covers. Indexing runs in the
+background: a document is `queued`, then `indexing` (with `progress`), then `ready` or
+`failed` (with `error`).
 """
 
 from __future__ import annotations
@@ -27,9 +30,14 @@ from pydantic import BaseModel, Field
 
 from chat.api.endpoint import ApiError, _principal, api_endpoint
 from knowledge import services
+from knowledge.access import Reader, reader_for_principal
 from knowledge.models import Document
+from qassist.json_input import JsonInputError, parse_json
+from tenants.models import TenantGroup
+from tenants.services import Principal
 
 MULTIPART_SLACK = 1024 * 1024  # the form's own bytes around the file
+MAX_PATCH_BYTES = 64 * 1024
 
 
 class DocumentObject(BaseModel):
@@ -49,6 +57,12 @@ class DocumentObject(BaseModel):
     created_at: int
     updated_at: int
     indexed_at: int | None
+    groups: list[str] | None = Field(
+        description="The groups whose members may read it; null: everyone in the tenant."
+    )
+    origin: str | None = Field(
+        description="Where a synced document lives (a page's URL, a file's path); else null."
+    )
 
 
 class Storage(BaseModel):
@@ -60,6 +74,12 @@ class DocumentList(BaseModel):
     object: Literal["list"]
     data: list[DocumentObject]
     storage: Storage
+
+
+class DocumentGroups(BaseModel):
+    groups: list[str] | None = Field(
+        description="Names of the tenant's groups whose members may read it; null: everyone."
+    )
 
 
 class DocumentDeleted(BaseModel):
@@ -86,6 +106,8 @@ def document_object(document: Document) -> DocumentObject:
         created_at=int(document.created_at.timestamp()),
         updated_at=int(document.updated_at.timestamp()),
         indexed_at=int(document.indexed_at.timestamp()) if document.indexed_at else None,
+        groups=sorted(g.name for g in document.groups.all()) if document.audience else None,
+        origin=document.origin or None,
     )
 
 
@@ -97,8 +119,9 @@ def _refused(exc: services.KnowledgeError) -> ApiError:
     return ApiError(exc.status, exc.message, code=exc.code, param="file")
 
 
-def _upload(request: HttpRequest) -> tuple[services.Upload, str]:
-    """The multipart form's file (and title), checked for size before it is parsed."""
+def _upload(request: HttpRequest) -> tuple[services.Upload, str, list[str] | None]:
+    """The multipart form's file (title, and groups: repeated fields or one comma-separated),
+    checked for size before it is parsed."""
     limit = int(settings.QASSIST_KNOWLEDGE_MAX_FILE_MB) * 1024 * 1024
     try:
         length = int(request.headers.get("Content-Length") or 0)
@@ -150,7 +173,31 @@ def _upload(request: HttpRequest) -> tuple[services.Upload, str]:
     if not isinstance(file, UploadedFile):
         raise ApiError(400, "The form has no `file` field.", code="invalid_request", param="file")
     title = str(form.get("title") or "")[:300]
-    return services.Upload(file.name or "upload", file.read()), title
+    raw_groups = [g for value in form.getlist("groups") for g in str(value).split(",")]
+    groups = [g.strip() for g in raw_groups if g.strip()] or None
+    return services.Upload(file.name or "upload", file.read()), title, groups
+
+
+def _groups(
+    principal: Principal, names: list[str] | None, reader: Reader
+) -> list[TenantGroup] | None:
+    """The tenant's groups named `names` (None: everyone), each one the key may read."""
+    if names is None:
+        return None
+    try:
+        groups = services.groups_by_name(tenant=principal.tenant, names=names)
+    except services.KnowledgeError as exc:
+        raise ApiError(400, exc.message, code=exc.code, param="groups") from None
+    for group in groups:
+        if reader.groups is not None and group.pk not in reader.groups:
+            raise ApiError(
+                400,
+                f"This key may not limit documents to “{group.name}”: its scope does not "
+                "cover that group.",
+                code="invalid_group",
+                param="groups",
+            )
+    return groups
 
 
 # max_body=None: an upload is bounded by _upload, by QASSIST_KNOWLEDGE_MAX_FILE_MB.
@@ -158,57 +205,112 @@ def _upload(request: HttpRequest) -> tuple[services.Upload, str]:
 async def documents(request: HttpRequest) -> HttpResponseBase:
     principal = _principal(request)
     if request.method == "GET":
-        return _json(await database_sync_to_async(_list)(principal.tenant))
-    upload, title = _upload(request)
+        return _json(await database_sync_to_async(_list)(principal))
+    upload, title, names = _upload(request)
+    return _json(
+        await database_sync_to_async(_upload_as)(principal, upload, title, names), status=202
+    )
+
+
+def _upload_as(
+    principal: Principal, upload: services.Upload, title: str, names: list[str] | None
+) -> DocumentObject:
+    groups = _groups(principal, names, reader_for_principal(principal))
     try:
-        document = await database_sync_to_async(services.document_upload)(
-            tenant=principal.tenant, upload=upload, title=title, api_key=principal.api_key
+        document = services.document_upload(
+            tenant=principal.tenant,
+            upload=upload,
+            title=title,
+            api_key=principal.api_key,
+            groups=groups,
         )
     except services.KnowledgeError as exc:
         raise _refused(exc) from None
-    return _json(document_object(document), status=202)
+    return document_object(document)
 
 
-def _list(tenant: Any) -> DocumentList:
+def _list(principal: Principal) -> DocumentList:
+    tenant = principal.tenant
     kb = services.knowledge_base(tenant=tenant)
-    rows = list(services.tenant_documents(tenant=tenant))
+    rows = list(
+        services.tenant_documents(
+            tenant=tenant, reader=reader_for_principal(principal)
+        ).prefetch_related("groups")
+    )
+    # Storage is the tenant's, every document counted (the limit is the tenant's too).
+    used = services.knowledge_usage(tenant_ids=[tenant.pk])[tenant.pk].used
     return DocumentList(
         object="list",
         data=[document_object(d) for d in rows],
-        storage=Storage(used_bytes=sum(d.size for d in rows), limit_bytes=kb.storage_limit_bytes),
+        storage=Storage(used_bytes=used, limit_bytes=kb.storage_limit_bytes),
     )
 
 
-@api_endpoint(methods=("GET", "PUT", "DELETE"), max_body=None)
+def _get(principal: Principal, document_id: str) -> Document:
+    return services.tenant_document_get(
+        tenant=principal.tenant, document_id=document_id, reader=reader_for_principal(principal)
+    )
+
+
+def _patch(principal: Principal, found: Document, body: bytes) -> DocumentObject:
+    try:
+        data = parse_json(body)
+    except JsonInputError as exc:
+        raise ApiError(400, str(exc), code="invalid_json") from None
+    if not isinstance(data, dict) or "groups" not in data:
+        raise ApiError(
+            400, 'Send {"groups": ["HR", ...]} or {"groups": null}.', code="invalid_request"
+        )
+    names = data["groups"]
+    if names is not None and (
+        not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+    ):
+        raise ApiError(400, "`groups` is a list of group names, or null.", param="groups")
+    groups = _groups(principal, names, reader_for_principal(principal))
+    try:
+        document = services.document_set_groups(document=found, groups=groups)
+    except services.KnowledgeError as exc:
+        raise ApiError(400, exc.message, code=exc.code, param="groups") from None
+    return document_object(document)
+
+
+@api_endpoint(methods=("GET", "PUT", "PATCH", "DELETE"), max_body=None)
 async def document(request: HttpRequest, document_id: str) -> HttpResponseBase:
     principal = _principal(request)
-    found = await database_sync_to_async(services.tenant_document_get)(
-        tenant=principal.tenant, document_id=document_id
-    )
+    found = await database_sync_to_async(_get)(principal, document_id)
     if request.method == "GET":
-        return _json(document_object(found))
+        return _json(await database_sync_to_async(document_object)(found))
+    if request.method == "PATCH":
+        try:
+            length = int(request.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = 0
+        if length > MAX_PATCH_BYTES:
+            raise ApiError(413, "The body is too large.", code="request_too_large")
+        body = request.read(MAX_PATCH_BYTES + 1)
+        if len(body) > MAX_PATCH_BYTES:
+            raise ApiError(413, "The body is too large.", code="request_too_large")
+        return _json(await database_sync_to_async(_patch)(principal, found, body))
     if request.method == "DELETE":
         public_id = found.public_id  # the instance has no id once deleted
         await database_sync_to_async(services.document_delete)(document=found)
         return _json(
             DocumentDeleted(id=public_id, object="knowledge.document.deleted", deleted=True)
         )
-    upload, title = _upload(request)
+    upload, title, _names = _upload(request)
     try:
         replaced = await database_sync_to_async(services.document_replace)(
             document=found, upload=upload, title=title
         )
     except services.KnowledgeError as exc:
         raise _refused(exc) from None
-    return _json(document_object(replaced), status=202)
+    return _json(await database_sync_to_async(document_object)(replaced), status=202)
 
 
 @api_endpoint(methods=("GET",))
 async def document_content(request: HttpRequest, document_id: str) -> HttpResponseBase:
     principal = _principal(request)
-    found = await database_sync_to_async(services.tenant_document_get)(
-        tenant=principal.tenant, document_id=document_id
-    )
+    found = await database_sync_to_async(_get)(principal, document_id)
     data = await database_sync_to_async(services.document_data)(document=found)
     response = HttpResponse(data, content_type=services.content_type(found.kind))
     response["Content-Disposition"] = services.content_disposition(found.filename)

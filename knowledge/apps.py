@@ -12,3 +12,6 @@ class KnowledgeConfig(AppConfig):
         # Where passages are in prompts, and which passages the documents hold: the engine
         # computes their KV once (QASSIST_PASSAGE_KV).
         register_passages(find_passages, passage_source)
+        from knowledge import signals
+
+        signals.connect()

@@ -1,6 +1,8 @@
 """The search indexes behind two functions: `fulltext_search` and `vector_search`.
 
-Both search one scope: a tenant's chunks, plus those attached to one conversation.
+Both search one scope: a tenant's chunks, plus those attached to one conversation, that the
+asker may read: `knowledge.access.readable_audiences` decides which audiences, and both indexes
+apply that one list (an SQL `IN` on `knowledge_chunk.audience`, a mask over the vectors).
 
 - Full text: words from `knowledge.segment` (Chinese segmented), ranked by BM25 in SQLite's
   FTS5 (a virtual table kept in step with `knowledge_chunk` by triggers) or by `ts_rank_cd`
@@ -24,6 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from django.db import connection, transaction
 
+from knowledge.access import PUBLIC, Reader, readable_audiences
 from knowledge.models import Chunk, KnowledgeBase
 
 FTS_TABLE = "knowledge_chunk_fts"
@@ -36,12 +39,19 @@ class Hit(NamedTuple):
     score: float  # higher is better; comparable only within one search
 
 
-def _scope_sql(session_id: object) -> tuple[str, list[Any]]:
+def _scope_sql(tenant_id: int, session_id: object, reader: Reader) -> tuple[str, list[Any]]:
+    """The WHERE clause of a search's scope (after `c.tenant_id = %s`): the tenant's passages
+    (and the conversation's), those `reader` may read."""
+    audiences = readable_audiences(tenant_id=tenant_id, reader=reader)
+    readable, params = "", []
+    if audiences is not None:
+        readable = f" AND c.audience IN ({', '.join(['%s'] * len(audiences))})"
+        params = list(audiences)
     if session_id is None:
-        return "c.session_id IS NULL", []
+        return "c.session_id IS NULL" + readable, params
     # A UUID as the database stores it (32 hex digits in SQLite, uuid in PostgreSQL).
     value = Chunk._meta.get_field("session").get_db_prep_value(session_id, connection)
-    return "(c.session_id IS NULL OR c.session_id = %s)", [value]
+    return "(c.session_id IS NULL OR c.session_id = %s)" + readable, [value, *params]
 
 
 def is_postgres() -> bool:
@@ -52,12 +62,12 @@ def is_postgres() -> bool:
 
 
 def fulltext_search(
-    *, tenant_id: int, session_id: object, words: list[str], limit: int
+    *, tenant_id: int, session_id: object, words: list[str], limit: int, reader: Reader = PUBLIC
 ) -> list[Hit]:
     words = [w.replace('"', "") for w in words if w.replace('"', "")]
     if not words:
         return []
-    scope, params = _scope_sql(session_id)
+    scope, params = _scope_sql(tenant_id, session_id, reader)
     if is_postgres():
         query = " or ".join(f'"{w}"' for w in words)
         sql = f"""
@@ -82,11 +92,12 @@ def fulltext_search(
 
 
 def document_frequencies(
-    *, tenant_id: int, session_id: object, words: list[str]
+    *, tenant_id: int, session_id: object, words: list[str], reader: Reader = PUBLIC
 ) -> tuple[dict[str, int], int]:
     """In how many of the scope's passages each word occurs, and how many passages there are:
-    how rare a question's words are in the tenant's documents (knowledge.evidence.subject)."""
-    scope, params = _scope_sql(session_id)
+    how rare a question's words are in the documents the asker may read
+    (knowledge.evidence.subject)."""
+    scope, params = _scope_sql(tenant_id, session_id, reader)
     counts: dict[str, int] = {}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -125,12 +136,13 @@ def vector_search(
     embedder: str,
     limit: int,
     cjk: bool | None = None,
+    reader: Reader = PUBLIC,
 ) -> list[Hit]:
-    """The passages nearest `vector`, among those `embedder` embedded; `cjk`: only those
-    written mostly in CJK (True) or not (False)."""
+    """The passages nearest `vector`, among those `embedder` embedded that `reader` may read;
+    `cjk`: only those written mostly in CJK (True) or not (False)."""
     if is_postgres():
-        return _pg_vector_search(tenant_id, session_id, vector, embedder, limit, cjk)
-    return _memory_vector_search(tenant_id, session_id, vector, embedder, limit, cjk)
+        return _pg_vector_search(tenant_id, session_id, vector, embedder, limit, cjk, reader)
+    return _memory_vector_search(tenant_id, session_id, vector, embedder, limit, cjk, reader)
 
 
 def _pg_literal(vector: np.ndarray) -> str:
@@ -144,10 +156,11 @@ def _pg_vector_search(
     embedder: str,
     limit: int,
     cjk: bool | None,
+    reader: Reader,
 ) -> list[Hit]:
     if vector.shape[0] != PG_DIMENSIONS:
         return []  # pg_store_vectors refused to store such vectors: there are none
-    scope, params = _scope_sql(session_id)
+    scope, params = _scope_sql(tenant_id, session_id, reader)
     if cjk is not None:
         scope += " AND c.cjk" if cjk else " AND NOT c.cjk"
     literal = _pg_literal(vector)
@@ -200,6 +213,8 @@ class _Matrix:
     cjk: np.ndarray  # bool
     sessions: np.ndarray  # int64: 0 for the tenant's own, else a number per conversation
     session_numbers: dict[str, int]
+    audiences: np.ndarray  # int64: an index into audience_names
+    audience_names: list[str]
     vectors: np.ndarray  # (n, dim) float32
 
 
@@ -223,12 +238,14 @@ def _matrix(tenant_id: int, embedder: str) -> _Matrix:
         rows = list(
             Chunk.objects.filter(tenant_id=tenant_id, embedder=embedder)
             .order_by("id")
-            .values_list("id", "session_id", "embedding", "cjk")
+            .values_list("id", "session_id", "embedding", "cjk", "audience")
         )
         numbers: dict[str, int] = {}
-        for _, session, _, _ in rows:
+        names: dict[str, int] = {}
+        for _, session, _, _, audience in rows:
             if session is not None:
                 numbers.setdefault(str(session), len(numbers) + 1)
+            names.setdefault(audience, len(names))
         if rows:
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             sessions = np.fromiter(
@@ -238,11 +255,12 @@ def _matrix(tenant_id: int, embedder: str) -> _Matrix:
             )
             vectors = np.vstack([np.frombuffer(bytes(r[2]), dtype=np.float32) for r in rows])
             cjk = np.fromiter((bool(r[3]) for r in rows), dtype=bool, count=len(rows))
+            audiences = np.fromiter((names[r[4]] for r in rows), dtype=np.int64, count=len(rows))
         else:
-            ids = sessions = np.zeros(0, dtype=np.int64)
+            ids = sessions = audiences = np.zeros(0, dtype=np.int64)
             cjk = np.zeros(0, dtype=bool)
             vectors = np.zeros((0, 1), dtype=np.float32)
-        matrix = _Matrix(version, ids, cjk, sessions, numbers, vectors)
+        matrix = _Matrix(version, ids, cjk, sessions, numbers, audiences, list(names), vectors)
         _matrices[key] = matrix
         return matrix
 
@@ -254,6 +272,7 @@ def _memory_vector_search(
     embedder: str,
     limit: int,
     cjk: bool | None,
+    reader: Reader,
 ) -> list[Hit]:
     matrix = _matrix(tenant_id, embedder)
     if not len(matrix.ids) or matrix.vectors.shape[1] != vector.shape[0]:
@@ -263,6 +282,10 @@ def _memory_vector_search(
     own = matrix.session_numbers.get(str(session_id)) if session_id is not None else None
     if own is not None:
         allowed |= matrix.sessions == own
+    audiences = readable_audiences(tenant_id=tenant_id, reader=reader)
+    if audiences is not None:
+        codes = [i for i, name in enumerate(matrix.audience_names) if name in set(audiences)]
+        allowed &= np.isin(matrix.audiences, codes)
     if cjk is not None:
         allowed &= matrix.cjk == cjk
     scores = np.where(allowed, scores, -np.inf)

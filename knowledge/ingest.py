@@ -156,6 +156,7 @@ def _store(
             ),
             embedding=vectors[i].tobytes(),
             embedder=embedder.name,
+            audience=current.audience,  # read under the row lock: document_set_groups waits
         )
         for i, d in enumerate(drafts)
     )

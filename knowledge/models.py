@@ -108,6 +108,18 @@ class Document(models.Model):
     api_key = models.ForeignKey(
         "tenants.ApiKey", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Who may read it (docs/knowledge.md, "Who may read what"): no groups, everyone in the
+    # tenant; else the members of these groups. `audience` is the same as one string, copied
+    # to its passages so that retrieval filters one table (knowledge.access).
+    groups = models.ManyToManyField(
+        "tenants.TenantGroup",
+        blank=True,
+        related_name="documents",
+        help_text="Empty: everyone in the tenant may read it. Else only members of these groups.",
+    )
+    audience = models.CharField(max_length=500, blank=True, default="", editable=False)
+    # Where a synced document lives (the sources app): a page's URL, a file's path in the share.
+    origin = models.CharField(max_length=2000, blank=True, default="", editable=False)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now)
     indexed_at = models.DateTimeField(null=True, blank=True)
@@ -160,6 +172,8 @@ class Chunk(models.Model):
     search_text = models.TextField()  # words for full-text search, Chinese segmented
     embedding = models.BinaryField()  # float32, L2-normalised
     embedder = models.CharField(max_length=64)
+    # The document's audience (who may read it), copied: every search filters on it.
+    audience = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
         ordering = ["document", "ordinal"]
@@ -203,6 +217,9 @@ class Passage(models.Model):
     title = models.CharField(max_length=300)
     where = models.CharField(max_length=300, blank=True)
     score = models.FloatField(default=0.0)
+    # The document's audience when the passage was given: who may see it once the document is
+    # gone (while it exists, its own audience, which may have changed since, decides).
+    audience = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
         ordering = ["message", "number"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from knowledge import index, segment
+from knowledge.access import PUBLIC, Reader
 from knowledge.embeddings import get_embedder
 from knowledge.models import Chunk
 
@@ -67,11 +68,12 @@ def retrieve(
     earlier: Sequence[str] = (),
     candidates: int = CANDIDATES,
     standalone: str | None = None,
+    reader: Reader = PUBLIC,
 ) -> Retrieval:
     """Passages for `question` (with `earlier` questions of the conversation, oldest first)
-    from the tenant's documents and the conversation's attached ones; `standalone`: the
-    question made standalone when it is a follow-up (knowledge.followups), searched too and
-    judged on as the question itself."""
+    from the tenant's documents that `reader` may read and the conversation's attached ones;
+    `standalone`: the question made standalone when it is a follow-up (knowledge.followups),
+    searched too and judged on as the question itself."""
     embedder = get_embedder()
     queries = [question]
     judged = 1  # the queries whose best similarity says whether the documents answer
@@ -92,6 +94,7 @@ def retrieve(
             vector=vector,
             embedder=embedder.name,
             limit=candidates,
+            reader=reader,
         )
         rankings.append([h.chunk_id for h in hits])
         for hit in hits:
@@ -106,13 +109,13 @@ def retrieve(
     # language, so it is offered apart (`select`).
     other = index.vector_search(
         tenant_id=tenant_id, session_id=session_id, vector=vectors[0], embedder=embedder.name,
-        limit=1, cjk=not segment.mostly_cjk(question),
+        limit=1, cjk=not segment.mostly_cjk(question), reader=reader,
     )  # fmt: skip
     words = segment.query_words(question)
     if previous:
         words += [w for w in segment.query_words(previous) if w not in words]
     text_hits = index.fulltext_search(
-        tenant_id=tenant_id, session_id=session_id, words=words, limit=candidates
+        tenant_id=tenant_id, session_id=session_id, words=words, limit=candidates, reader=reader
     )
     rankings.append([h.chunk_id for h in text_hits])
     scores = fuse(rankings)

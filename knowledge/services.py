@@ -21,9 +21,18 @@ from django.http import Http404
 from django.utils import timezone
 
 from knowledge import parsers
+from knowledge.access import (
+    ALL,
+    PUBLIC,
+    Reader,
+    audience_filter,
+    audience_key,
+    may_read_passage,
+    reader_for_user,
+)
 from knowledge.models import Chunk, Document, DocumentFile, KnowledgeBase, Passage
 from knowledge.prompt import PassageText
-from tenants.models import ApiKey, Tenant
+from tenants.models import ApiKey, Tenant, TenantGroup
 
 MAX_FILENAME = 255
 
@@ -205,12 +214,18 @@ def document_upload(
     uploaded_by: User | None = None,
     api_key: ApiKey | None = None,
     session_id: uuid.UUID | None = None,
+    groups: Sequence[TenantGroup] | None = None,
+    origin: str = "",
 ) -> Document:
     """Store a checked file as a queued document; indexing starts when the transaction commits.
-    `session_id`: attached to that conversation (the caller checked it is the user's own)."""
+    `session_id`: attached to that conversation (the caller checked it is the user's own).
+    `groups`: only their members may read it (None: everyone in the tenant; an empty list:
+    nobody until groups are chosen). `origin`: where a synced document lives."""
     filename = PurePath(upload.filename.replace("\\", "/")).name[:MAX_FILENAME]
     kind = check_upload(filename=filename, data=upload.data)
     digest = hashlib.sha256(upload.data).hexdigest()
+    if groups is not None:
+        check_groups(tenant=tenant, groups=groups)
     with transaction.atomic():
         Tenant.objects.select_for_update().filter(pk=tenant.pk).first()  # one upload at a time
         same = Document.objects.filter(tenant=tenant, session_id=session_id, sha256=digest).first()
@@ -237,14 +252,25 @@ def document_upload(
             sha256=digest,
             uploaded_by=uploaded_by,
             api_key=api_key,
+            origin=origin[:2000],
+            audience=audience_key(
+                [g.pk for g in groups or []], limited=groups is not None and session_id is None
+            ),
         )
+        if groups and session_id is None:
+            document.groups.set(groups)
         DocumentFile.objects.create(document=document, data=upload.data)
         _dispatch(document)
     return document
 
 
 def document_replace(
-    *, document: Document, upload: Upload, title: str = "", user: User | None = None
+    *,
+    document: Document,
+    upload: Upload,
+    title: str = "",
+    user: User | None = None,
+    origin: str | None = None,
 ) -> Document:
     """A new version of the document: stored now, indexed in the background; until then the
     previous version's passages keep answering."""
@@ -266,6 +292,8 @@ def document_replace(
         document.sha256 = hashlib.sha256(upload.data).hexdigest()
         if title.strip():
             document.title = title.strip()[:300]
+        if origin is not None:
+            document.origin = origin[:2000]
         document.status = Document.Status.QUEUED
         document.error = ""
         document.progress = 0
@@ -294,6 +322,64 @@ def document_reindex(*, document: Document) -> Document:
         document.refresh_from_db()
         _dispatch(document)
     return document
+
+
+def check_groups(*, tenant: Tenant, groups: Iterable[TenantGroup]) -> list[TenantGroup]:
+    """`groups` if every one is the tenant's own; KnowledgeError naming the first that is not."""
+    chosen = list(groups)
+    for group in chosen:
+        if group.tenant_id != tenant.pk:
+            raise KnowledgeError("invalid_group", f"“{group}” is not a group of {tenant}.")
+    return chosen
+
+
+def groups_by_name(*, tenant: Tenant, names: Iterable[str]) -> list[TenantGroup]:
+    """The tenant's groups named `names` (REST); KnowledgeError naming one it does not have."""
+    wanted = [n.strip() for n in names if n.strip()]
+    found = {g.name: g for g in TenantGroup.objects.filter(tenant=tenant, name__in=wanted)}
+    for name in wanted:
+        if name not in found:
+            raise KnowledgeError("invalid_group", f"{tenant} has no group named “{name}”.")
+    return [found[n] for n in dict.fromkeys(wanted)]
+
+
+def document_set_groups(*, document: Document, groups: Sequence[TenantGroup] | None) -> Document:
+    """Who may read the document from now on: the members of `groups` (an empty list: nobody
+    but staff in the admin), or everyone in the tenant (None). Its passages follow at once,
+    without indexing it again; a conversation's attachment stays its owner's."""
+    if document.session_id is not None:
+        raise KnowledgeError("invalid_group", "A file attached to a conversation is its owner's.")
+    if groups is not None:
+        check_groups(tenant=document.tenant, groups=groups)
+    audience = audience_key([g.pk for g in groups or []], limited=groups is not None)
+    with transaction.atomic():
+        # The row lock orders this with indexing's final write (knowledge.ingest._store),
+        # which copies the audience to the passages it writes.
+        locked = Document.objects.select_for_update().get(pk=document.pk)
+        locked.groups.set(groups or [])
+        if locked.audience != audience:
+            Document.objects.filter(pk=locked.pk).update(audience=audience)
+            Chunk.objects.filter(document=locked).update(audience=audience)
+            index_changed(tenant_id=locked.tenant_id)
+    document.refresh_from_db()
+    return document
+
+
+def documents_audience_refresh(*, document_ids: Iterable[uuid.UUID]) -> int:
+    """Recompute the audience of documents whose groups changed behind their back (a group
+    deleted): one limited to groups that are all gone is read by nobody until staff choose
+    again, never by everyone. How many changed."""
+    changed = 0
+    for document in Document.objects.filter(pk__in=list(document_ids)):
+        ids = list(document.groups.values_list("id", flat=True))
+        audience = audience_key(ids, limited=bool(document.audience))
+        if audience != document.audience:
+            with transaction.atomic():
+                Document.objects.filter(pk=document.pk).update(audience=audience)
+                Chunk.objects.filter(document=document).update(audience=audience)
+                index_changed(tenant_id=document.tenant_id)
+            changed += 1
+    return changed
 
 
 def documents_stale(*, embedder: str, tenant: Tenant | None = None) -> QuerySet[Document]:
@@ -331,20 +417,25 @@ def index_changed(*, tenant_id: int) -> None:
         )
 
 
-def tenant_documents(*, tenant: Tenant) -> QuerySet[Document]:
-    """The tenant's knowledge base (attachments to conversations are not in it)."""
-    return Document.objects.filter(tenant=tenant, session__isnull=True).order_by("-created_at")
+def tenant_documents(*, tenant: Tenant, reader: Reader = ALL) -> QuerySet[Document]:
+    """The tenant's knowledge base (attachments to conversations are not in it), the documents
+    `reader` may read."""
+    return (
+        Document.objects.filter(tenant=tenant, session__isnull=True)
+        .filter(audience_filter(tenant_id=tenant.pk, reader=reader))
+        .order_by("-created_at")
+    )
 
 
-def tenant_document_get(*, tenant: Tenant, document_id: str) -> Document:
-    """One of the tenant's knowledge-base documents by its public id ("doc-…"); anything else
-    is a 404."""
+def tenant_document_get(*, tenant: Tenant, document_id: str, reader: Reader = ALL) -> Document:
+    """One of the tenant's knowledge-base documents `reader` may read, by its public id
+    ("doc-…"); anything else is a 404."""
     raw = document_id.removeprefix("doc-")
     try:
         pk = uuid.UUID(raw)
     except ValueError:
         raise Http404("No such document.") from None
-    document = Document.objects.filter(pk=pk, tenant=tenant, session__isnull=True).first()
+    document = tenant_documents(tenant=tenant, reader=reader).filter(pk=pk).first()
     if document is None:
         raise Http404("No such document.")
     return document
@@ -372,12 +463,15 @@ def _visible_to(user: User, tenant: Tenant) -> Q:
 
 def passage_for_user(*, user: User, tenant: Tenant, passage_id: int) -> Chunk:
     """A passage (a chunk, as sources name it) `user` may read in `tenant`, their current
-    tenant, with its document; anything else is a 404, never a 403 (no existence leak)."""
+    tenant, with its document: not one of a document limited to groups they are not in.
+    Anything else is a 404, never a 403 (no existence leak)."""
     if not user.is_active:
         raise Http404("No such passage.")
+    reader = reader_for_user(user=user, tenant=tenant)
     chunk = (
         Chunk.objects.select_related("document")
         .filter(_visible_to(user, tenant), pk=passage_id)
+        .filter(audience_filter(tenant_id=tenant.pk, reader=reader, field="document__audience"))
         .first()
     )
     if chunk is None:
@@ -387,9 +481,14 @@ def passage_for_user(*, user: User, tenant: Tenant, passage_id: int) -> Chunk:
 
 def document_for_user(*, user: User, tenant: Tenant, document_id: uuid.UUID) -> Document:
     """A document `user` may open (download) in `tenant`, by the rule of `passage_for_user`."""
-    visible = Document.objects.filter(pk=document_id).filter(
-        Q(tenant=tenant, tenant__active=True, tenant__memberships__user=user)
-        & (Q(session__isnull=True) | Q(session__user=user))
+    reader = reader_for_user(user=user, tenant=tenant)
+    visible = (
+        Document.objects.filter(pk=document_id)
+        .filter(
+            Q(tenant=tenant, tenant__active=True, tenant__memberships__user=user)
+            & (Q(session__isnull=True) | Q(session__user=user))
+        )
+        .filter(audience_filter(tenant_id=tenant.pk, reader=reader))
     )
     document = visible.first() if user.is_active else None
     if document is None:
@@ -439,14 +538,15 @@ def attachment_upload(
     return document_upload(tenant=tenant, upload=upload, uploaded_by=user, session_id=session_id)
 
 
-def knowledge_summary(*, tenant: Tenant) -> dict[str, object]:
+def knowledge_summary(*, tenant: Tenant, reader: Reader = PUBLIC) -> dict[str, object]:
     """What the chat page says about company knowledge: whether questions search documents
-    here (and files can be attached), and how many of the tenant's documents are ready."""
+    here (and files can be attached), and how many of the tenant's documents `reader` may read
+    are ready."""
     on = mode(tenant=tenant) != KnowledgeBase.Mode.OFF
     ready = (
-        Document.objects.filter(
-            tenant=tenant, session__isnull=True, status=Document.Status.READY
-        ).count()
+        Document.objects.filter(tenant=tenant, session__isnull=True, status=Document.Status.READY)
+        .filter(audience_filter(tenant_id=tenant.pk, reader=reader))
+        .count()
         if on
         else 0
     )
@@ -456,17 +556,19 @@ def knowledge_summary(*, tenant: Tenant) -> dict[str, object]:
 # --- what a question is given ------------------------------------------------------------------
 
 
-def searchable(*, tenant: Tenant, session_id: object) -> bool:
+def searchable(*, tenant: Tenant, session_id: object, reader: Reader = PUBLIC) -> bool:
     """Whether questions in this scope are to search documents: the tenant's knowledge is on
-    and it, or the conversation, has passages: a ready document's, or those of the previous
-    version of one being indexed again (they answer until the new version is ready)."""
+    and it, or the conversation, has passages `reader` may read: a ready document's, or those
+    of the previous version of one being indexed again (they answer until the new version is
+    ready)."""
     kb = KnowledgeBase.objects.filter(tenant=tenant).first()
     if kb is not None and kb.mode == KnowledgeBase.Mode.OFF:
         return False
     scope = Q(session__isnull=True)
     if session_id is not None:
         scope |= Q(session_id=session_id)
-    return Chunk.objects.filter(scope, tenant=tenant).exists()
+    readable = audience_filter(tenant_id=tenant.pk, reader=reader)
+    return Chunk.objects.filter(scope, tenant=tenant).filter(readable).exists()
 
 
 def mode(*, tenant: Tenant) -> str:
@@ -474,12 +576,23 @@ def mode(*, tenant: Tenant) -> str:
     return kb.mode if kb is not None else KnowledgeBase.Mode.FIRST
 
 
-def passages_of(*, message_ids: Iterable[int]) -> dict[int, list[Passage]]:
-    """Each message's passages, numbered order (with their chunks, for the text)."""
+def passages_of(*, message_ids: Iterable[int], reader: Reader = PUBLIC) -> dict[int, list[Passage]]:
+    """Each message's passages `reader` may read, numbered order (with their chunks, for the
+    text): one of a document they may not read (any more) is left out, title and all."""
     out: dict[int, list[Passage]] = {}
-    for passage in Passage.objects.filter(message_id__in=list(message_ids)).select_related("chunk"):
+    rows = Passage.objects.filter(message_id__in=list(message_ids)).select_related(
+        "chunk", "document"
+    )
+    for passage in readable_passages(list(rows), reader=reader):
         out.setdefault(passage.message_id, []).append(passage)
     return out
+
+
+def readable_passages(passages: Sequence[Passage], *, reader: Reader) -> list[Passage]:
+    """The passages of `passages` that `reader` may read (knowledge.access.may_read_passage)."""
+    if reader.reads_everything:
+        return list(passages)
+    return [p for p in passages if may_read_passage(reader, p)]
 
 
 def passage_texts(

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from knowledge import answerability, citations, evidence, followups, index, services
+from knowledge.access import PUBLIC, Reader, reader_for_session
 from knowledge.embeddings import get_embedder
 from knowledge.models import Chunk, KnowledgeBase, Passage
 from knowledge.parsers.base import is_cjk
@@ -124,14 +125,19 @@ def common_word(word: str) -> bool:
 
 
 def subject_of(
-    *, tenant_id: int, session_id: object, question: str, inherited: Collection[str] = ()
+    *,
+    tenant_id: int,
+    session_id: object,
+    question: str,
+    inherited: Collection[str] = (),
+    reader: Reader = PUBLIC,
 ) -> evidence.Subject:
     """The question's subject: each term weighted by how much it says in everyday language and
     how few of the tenant's passages use it (the company's own name, in every title, says
     little); terms a follow-up took from the question before it count half."""
     terms = evidence.subject_terms(question)
     counts, total = index.document_frequencies(
-        tenant_id=tenant_id, session_id=session_id, words=terms
+        tenant_id=tenant_id, session_id=session_id, words=terms, reader=reader
     )
     spread = math.log(total + 1) or 1.0
     weights = {}
@@ -221,12 +227,17 @@ def question_signals(
     passages: Mapping[int, tuple[str, str]],
     retrieval_similarity: float,
     inherited: Collection[str] = (),
+    reader: Reader = PUBLIC,
 ) -> tuple[answerability.Signals, evidence.Sentence | None]:
     """The answerability signals of `question` (made standalone; `inherited`: the subject words
     it took from the question before it) against the passages it would be given, and the
     sentence closest to it."""
     subject = subject_of(
-        tenant_id=tenant_id, session_id=session_id, question=question, inherited=inherited
+        tenant_id=tenant_id,
+        session_id=session_id,
+        question=question,
+        inherited=inherited,
+        reader=reader,
     )
     sentences = [s for n, (t, c) in sorted(passages.items()) for s in evidence.sentences(n, t, c)]
     similarities = similarity_to(question)(sentences)
@@ -273,21 +284,26 @@ def _quote_record(sentence: evidence.Sentence) -> dict[str, Any]:
     return {"text": sentence.text, "start": sentence.start, "end": sentence.end}
 
 
-def conversation_passages(question_message: Any) -> list[Passage]:
+def conversation_passages(question_message: Any, *, reader: Reader | None = None) -> list[Passage]:
     """The passages a reply to `question_message` may rest on: its own, and those the
     questions before it on its branch were given (a follow-up keeps its documents); each
-    number once, the latest row for it."""
+    number once, the latest row for it. Only those `reader` (by default the conversation's
+    owner, as they are now) may read: a passage of a document they lost access to is neither
+    shown nor used as support."""
+    if reader is None:
+        reader = reader_for_session(question_message.session)
     ids = []
     message = question_message
     while message is not None:
         if message.role == "user":
             ids.append(message.id)
         message = message.parent
-    rows = Passage.objects.filter(message_id__in=ids).select_related("chunk", "message")
+    rows = Passage.objects.filter(message_id__in=ids).select_related("chunk", "message", "document")
     by_number: dict[int, Passage] = {}
     for row in sorted(rows, key=lambda p: (p.message.created_at, p.message_id)):
         by_number[row.number] = row
-    return [by_number[n] for n in sorted(by_number)]
+    readable = services.readable_passages(list(by_number.values()), reader=reader)
+    return sorted(readable, key=lambda p: p.number)
 
 
 def earlier_questions(question_message: Any) -> list[str]:
@@ -391,13 +407,14 @@ def reply_evidence(*, question_message_id: int, reply_text: str) -> ReplyEvidenc
     from chat.models import Message
 
     question_message = (
-        Message.objects.select_related("session__tenant", "parent")
+        Message.objects.select_related("session__tenant", "session__api_key", "parent")
         .filter(id=question_message_id)
         .first()
     )
     if question_message is None:
         return ReplyEvidence()
-    passages = conversation_passages(question_message)
+    reader = reader_for_session(question_message.session)
+    passages = conversation_passages(question_message, reader=reader)
     texts = passage_map(passages)
     if not texts:
         return ReplyEvidence()
@@ -409,6 +426,7 @@ def reply_evidence(*, question_message_id: int, reply_text: str) -> ReplyEvidenc
         session_id=session.id,
         question=question,
         inherited=followups.inherited(question_message.content, earlier),
+        reader=reader,
     )
     replace = services.mode(tenant=session.tenant) == KnowledgeBase.Mode.ONLY
     checked = evaluate(

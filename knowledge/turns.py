@@ -21,6 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from knowledge import answerability, followups, prompt, requests, retrieval, services, support
+from knowledge.access import PUBLIC, Reader
 from knowledge.models import Chunk, KnowledgeBase, Passage
 from tenants.models import Tenant
 
@@ -101,12 +102,15 @@ def turn_passages(
     earlier_questions: Sequence[str] = (),
     earlier_passages: Sequence[Passage] = (),
     token_budget: int | None = None,
+    reader: Reader = PUBLIC,
 ) -> TurnPassages | None:
     """The passages for a new question, or None when knowledge does not apply here. A question
     the passages found do not answer (knowledge.answerability) is answered at once with the
-    closest they come, without the model."""
-    if not services.searchable(tenant=tenant, session_id=session_id):
+    closest they come, without the model. Only documents `reader` may read are searched, and
+    earlier passages of the conversation it may no longer read are left out."""
+    if not services.searchable(tenant=tenant, session_id=session_id, reader=reader):
         return None
+    earlier_passages = services.readable_passages(earlier_passages, reader=reader)
     if requests.is_task(question):
         return TurnPassages(general=True)
     asked = followups.standalone(question, earlier_questions)
@@ -117,11 +121,14 @@ def turn_passages(
         question=question,
         earlier=earlier_questions,
         standalone=asked,
+        reader=reader,
     )
     kept = [p for p in earlier_passages if p.chunk_id is not None]
     if not found.answerable and kept:
         # A follow-up that finds nothing new rests on what the conversation was given.
-        return _judged(tenant, session_id, asked, [], kept, found.best_similarity, inherited)
+        return _judged(
+            tenant, session_id, asked, [], kept, found.best_similarity, inherited, reader
+        )
     if not found.answerable:
         declined = services.mode(tenant=tenant) == KnowledgeBase.Mode.ONLY
         return TurnPassages(none_found=True, decline=declined)
@@ -149,7 +156,9 @@ def turn_passages(
         number += 1
         drafts.append(PassageDraft(number, item.chunk, True, item.similarity))
     drafts.sort(key=lambda d: d.number)
-    return _judged(tenant, session_id, asked, drafts, kept, found.best_similarity, inherited)
+    return _judged(
+        tenant, session_id, asked, drafts, kept, found.best_similarity, inherited, reader
+    )
 
 
 def _judged(
@@ -160,6 +169,7 @@ def _judged(
     kept: Sequence[Passage],
     retrieval_similarity: float,
     inherited: Sequence[str] = (),
+    reader: Reader = PUBLIC,
 ) -> TurnPassages:
     """The turn's passages, with the answerability decision taken on them and on those the
     conversation holds already."""
@@ -174,6 +184,7 @@ def _judged(
         passages=given,
         retrieval_similarity=retrieval_similarity,
         inherited=inherited,
+        reader=reader,
     )
     turn = TurnPassages(passages=drafts, signals=signals)
     if answerability.answers(signals) or closest is None:
@@ -232,13 +243,17 @@ def passages_save(*, message_id: int, turn: TurnPassages) -> None:
             title=p.chunk.document.title[:300],
             where=p.chunk.where[:300],
             score=p.score,
+            audience=p.chunk.document.audience,
         )
         for p in turn.passages
     )
 
 
-def branch_passages(message_ids: Iterable[int]) -> dict[int, list[Passage]]:
-    return services.passages_of(message_ids=message_ids)
+def branch_passages(
+    message_ids: Iterable[int], *, reader: Reader = PUBLIC
+) -> dict[int, list[Passage]]:
+    """Each message's passages that `reader` may read (those it may not are left out)."""
+    return services.passages_of(message_ids=message_ids, reader=reader)
 
 
 def render_history(

@@ -95,8 +95,10 @@ ADMIN_SECTIONS: tuple[AdminSection, ...] = (
             ("tenants", "membership"),
             ("auth", "user"),
             ("auth", "group"),
+            ("tenants", "tenantgroup"),
             ("tenants", "apikey"),
             ("signin", "groupmapping"),
+            ("signin", "tenantgroupmapping"),
             ("signin", "identity"),
         ),
     ),
@@ -105,6 +107,7 @@ ADMIN_SECTIONS: tuple[AdminSection, ...] = (
         "Knowledge and cached replies",
         (
             ("knowledge", "document"),
+            ("sources", "source"),
             ("chat", "cachedreply"),
             ("chat", "cachedreplycandidate"),
         ),

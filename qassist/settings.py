@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "signin",  # single sign-on through the company's identity provider (OpenID Connect)
     "feedback",
     "sharing",
+    "sources",  # synced sources of company knowledge (folders, intranet sites, WebDAV)
     "qassist.apps.SignInConfig",  # django-axes, named for people
 ]
 
@@ -217,6 +218,9 @@ CELERY_TASK_ROUTES = {
     "chat.tasks.draft_cached_reply_answer": {"queue": "interactive"},
     "chat.tasks.run_batch": {"queue": "batches"},
     "knowledge.tasks.index_document": {"queue": "knowledge"},  # attachments: interactive
+    # A sync's slices wait behind the documents it queued for indexing: a source reaches
+    # "ready" document by document, and never holds the worker longer than a slice.
+    "sources.tasks.sync_source": {"queue": "knowledge"},
 }
 # A worker reserves no message beyond the one it runs: the next is chosen when it is free, by
 # queue order, not fetched ahead in arrival order.
@@ -230,6 +234,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "resume-batches": {"task": "chat.tasks.resume_batches", "schedule": 30.0},
     "dispatch-documents": {"task": "knowledge.tasks.dispatch_pending", "schedule": 60.0},
     "resume-imports": {"task": "chat.tasks.resume_cached_reply_imports", "schedule": 60.0},
+    # Sources due are synced, and syncs whose task died are taken over (sources/tasks.py).
+    "sync-sources": {"task": "sources.tasks.sources_tick", "schedule": 30.0},
 }
 
 # --- The model and the inference engine ------------------------------------------------------
@@ -360,6 +366,19 @@ QASSIST_KNOWLEDGE_MIN_SCORE = env_float("QASSIST_KNOWLEDGE_MIN_SCORE", 0.15)
 # Decline before generation below this fused answerability probability (knowledge.answerability;
 # 0: never, the measured best on qwen2.5-coder-0.5b: docs/BENCHMARKS.md, "Trust").
 QASSIST_KNOWLEDGE_PRECHECK = env_float("QASSIST_KNOWLEDGE_PRECHECK", 0.0)
+# Synced sources (sources/, docs/knowledge.md "Sources"): the folders a folder source may be
+# under (none: folder sources are refused), networks no website or WebDAV source may reach
+# (link-local: where cloud machines serve their credentials), how long one Celery task works
+# on a sync before it queues the rest, and how long a silent one holds it.
+QASSIST_SOURCE_FOLDERS = env_list("QASSIST_SOURCE_FOLDERS", "")
+QASSIST_SOURCE_BLOCKED_NETWORKS = env_list(
+    "QASSIST_SOURCE_BLOCKED_NETWORKS", "169.254.0.0/16,fe80::/10"
+)
+QASSIST_SOURCE_SLICE_SECONDS = env_float("QASSIST_SOURCE_SLICE_SECONDS", 30.0)
+QASSIST_SOURCE_LEASE_SECONDS = env_float("QASSIST_SOURCE_LEASE_SECONDS", 60.0)
+# The Celery worker lowers its CPU priority by this much when it starts (0: it does not): its
+# work is all background, and people's first tokens come first (qassist/celery.py).
+QASSIST_CELERY_NICE = env_int("QASSIST_CELERY_NICE", 19)
 
 # "auto": a separate worker when REDIS_URL is set, the in-process engine otherwise.
 QASSIST_ENGINE = env_str("QASSIST_ENGINE", "auto")

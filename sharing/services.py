@@ -7,6 +7,12 @@ tenant's member included, gets a 404 like a link that never existed. Its owner r
 any time; deleting the conversation deletes its shares; an owner who leaves the tenant (or
 whose account is switched off) takes their links with them. The admin never shows snapshots
 (docs/privacy.md).
+
+Documents limited to groups (knowledge.access) follow the one who opens the link: a source
+they may not read is not listed (its name and quotes with it), and a reply that rests on one,
+or comes after one in the conversation (the model had read it), shows that it is not theirs
+to read instead of its text. The owner's own snapshot holds only what the owner could read
+when sharing.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from django.utils import timezone
 
 from chat import services as chat
 from chat.models import ChatSession, Message
+from knowledge.access import reader_for_user
 from knowledge.models import Document
 from sharing.models import SharedConversation
 from tenants.models import Tenant
@@ -36,7 +43,9 @@ def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
     file attached to the conversation, which a colleague may not read), its support check's
     verdict and the claims it warned about."""
     kept = []
-    for m in chat.branch_data(session=session):
+    branch = chat.branch_data(session=session)
+    audiences = _audiences([s.get("document_id") for m in branch for s in m.get("sources") or []])
+    for m in branch:
         if m["status"] == Message.Status.STREAMING or (
             m["role"] == Message.Role.ASSISTANT and not m["content"]
         ):
@@ -57,12 +66,58 @@ def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
                         "quotes": [q["text"] for q in s.get("quotes") or []]
                         if _shared_document(s.get("document_id"))
                         else [],
+                        "document_id": s.get("document_id"),
+                        "audience": audiences.get(str(s.get("document_id")), ""),
                     }
                     for s in m.get("sources") or []
                 ],
             }
         )
     return kept
+
+
+def _document_key(document_id: object) -> uuid.UUID | None:
+    if not isinstance(document_id, str) or not document_id.startswith("doc-"):
+        return None
+    try:
+        return uuid.UUID(document_id.removeprefix("doc-"))
+    except ValueError:
+        return None
+
+
+def _audiences(document_ids: list[object]) -> dict[str, str]:
+    """Each document's audience (who may read it) now, by public id."""
+    keys = {k for k in map(_document_key, document_ids) if k is not None}
+    return {
+        f"doc-{pk.hex}": audience
+        for pk, audience in Document.objects.filter(id__in=keys).values_list("id", "audience")
+    }
+
+
+def messages_for_viewer(*, share: SharedConversation, user: User) -> list[dict[str, Any]]:
+    """The snapshot as `user` may read it: sources of documents limited to groups they are
+    not in are left out, and from the first reply that rests on one, the replies' text is
+    withheld (each later reply was written with that passage in the model's view)."""
+    reader = reader_for_user(user=user, tenant=share.tenant_id)
+    current = _audiences(
+        [s.get("document_id") for m in share.messages for s in m.get("sources") or []]
+    )
+    out: list[dict[str, Any]] = []
+    tainted = False
+    for message in share.messages:
+        sources = message.get("sources") or []
+        allowed = []
+        for source in sources:
+            audience = current.get(str(source.get("document_id")), source.get("audience") or "")
+            if reader.may_read(audience):
+                allowed.append({k: v for k, v in source.items() if k != "audience"})
+            else:
+                tainted = True
+        shown = {**message, "sources": allowed}
+        if tainted and message.get("role") == Message.Role.ASSISTANT:
+            shown.update(content="", withheld=True, sources=[])
+        out.append(shown)
+    return out
 
 
 def _shared_document(document_id: object) -> bool:

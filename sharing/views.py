@@ -90,5 +90,7 @@ def share_revoke(request: HttpRequest, share_id: uuid.UUID) -> HttpResponse:
 @require_GET
 def shared(request: HttpRequest, share_id: uuid.UUID) -> HttpResponse:
     """A snapshot, read-only, saying who shared it and when."""
-    share = services.share_for_viewer(user=_user(request), share_id=share_id)
-    return render(request, "sharing/shared.html", {"share": share, "messages": share.messages})
+    user = _user(request)
+    share = services.share_for_viewer(user=user, share_id=share_id)
+    messages = services.messages_for_viewer(share=share, user=user)
+    return render(request, "sharing/shared.html", {"share": share, "messages": messages})

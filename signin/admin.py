@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from signin.models import GroupMapping, Identity
+from signin.models import GroupMapping, Identity, TenantGroupMapping
 from tenants.models import Tenant
 
 
@@ -91,3 +91,32 @@ class IdentityAdmin(admin.ModelAdmin[Identity]):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Deleting an identity leaves its account; the next sign-in would make a new one.
         return False
+
+
+@admin.register(TenantGroupMapping)
+class TenantGroupMappingAdmin(admin.ModelAdmin[TenantGroupMapping]):
+    """Which identity-provider groups put people in which tenant group (documents limited to
+    it are theirs to read). Superusers only, like the tenant mappings."""
+
+    list_display = ["group", "tenant_group", "tenant"]
+    list_select_related = ["tenant_group__tenant"]
+    search_fields = ["group", "tenant_group__name", "tenant_group__tenant__slug"]
+
+    @admin.display(description="tenant")
+    def tenant(self, obj: TenantGroupMapping) -> str:
+        return str(obj.tenant_group.tenant)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _superuser(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _superuser(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return _superuser(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _superuser(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return _superuser(request)

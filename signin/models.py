@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from tenants.models import Membership, Tenant
+from tenants.models import Membership, Tenant, TenantGroup
 
 
 class Identity(models.Model):
@@ -74,6 +74,35 @@ class GroupMapping(models.Model):
 
     def __str__(self) -> str:
         return f"{self.group} → {self.tenant} ({self.get_role_display()})"
+
+
+class TenantGroupMapping(models.Model):
+    """People in `group` at the identity provider are in `tenant_group` (documents limited to
+    it are theirs to read), while they are members of its tenant. A tenant group with at least
+    one mapping takes its single-sign-on members from them alone; one without is kept by hand.
+    Unlike GroupMapping, it gives no membership: a group is inside a tenant."""
+
+    group = models.CharField(
+        max_length=255,
+        help_text="The group exactly as the provider sends it in the groups claim. Applied at "
+        "each sign-in and session re-check: someone whose groups no longer map leaves the "
+        "tenant group. Local-password accounts are never touched.",
+    )
+    tenant_group = models.ForeignKey(
+        TenantGroup, on_delete=models.CASCADE, related_name="mappings", verbose_name="tenant group"
+    )
+
+    class Meta:
+        verbose_name = "tenant group mapping"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant_group", "group"], name="tenantgroupmapping_group"
+            )
+        ]
+        ordering = ["tenant_group__tenant__slug", "tenant_group__name", "group"]
+
+    def __str__(self) -> str:
+        return f"{self.group} → {self.tenant_group.tenant}: {self.tenant_group}"
 
 
 class ProviderSession(models.Model):

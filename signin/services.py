@@ -8,8 +8,6 @@ talking to the provider.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -17,7 +15,6 @@ from datetime import datetime, timedelta
 from importlib import import_module
 from typing import Any, Literal
 
-from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -25,10 +22,11 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from qassist import sealing
 from signin import oidc
 from signin.errors import SignInError
-from signin.models import GroupMapping, Identity, ProviderSession
-from tenants.models import ApiKey, Membership
+from signin.models import GroupMapping, Identity, ProviderSession, TenantGroupMapping
+from tenants.models import ApiKey, Membership, TenantGroup
 from tenants.services import api_key_revoke
 
 logger = logging.getLogger(__name__)
@@ -193,6 +191,7 @@ def memberships_apply(*, identity: Identity, groups: list[str]) -> MembershipCha
         Membership.objects.create(user=user, tenant_id=tenant_id, role=role)
         changes.added.append(f"{managed[tenant_id].slug}:{role}")
     _apply_staff(identity=identity)
+    tenant_groups_apply(identity=identity, groups=groups, changes=changes)
     if changes:
         logger.info(
             "single sign-on: %s's memberships from groups %s: added %s, removed %s, changed %s",
@@ -202,6 +201,37 @@ def memberships_apply(*, identity: Identity, groups: list[str]) -> MembershipCha
             changes.removed,
             changes.changed,
         )
+    return changes
+
+
+def tenant_groups_apply(
+    *, identity: Identity, groups: list[str], changes: MembershipChanges | None = None
+) -> MembershipChanges:
+    """Membership in every tenant group that has mappings is what they say for `groups`,
+    within the tenants the person is a member of (a group is inside its tenant); groups
+    without mappings are left to staff. The next question already reads with the new groups
+    (knowledge.access), a conversation going on included."""
+    changes = changes if changes is not None else MembershipChanges()
+    user = identity.user
+    mappings = list(TenantGroupMapping.objects.select_related("tenant_group__tenant"))
+    managed = {m.tenant_group_id: m.tenant_group for m in mappings}
+    member_of = set(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+    wanted = {
+        m.tenant_group_id
+        for m in mappings
+        if m.group in groups and m.tenant_group.tenant_id in member_of
+    }
+    current = set(
+        TenantGroup.objects.filter(id__in=list(managed), group__user=user).values_list(
+            "id", flat=True
+        )
+    )
+    for group_id in current - wanted:
+        user.groups.remove(managed[group_id].group_id)
+        changes.removed.append(f"{managed[group_id].tenant.slug}/{managed[group_id].name}")
+    for group_id in wanted - current:
+        user.groups.add(managed[group_id].group_id)
+        changes.added.append(f"{managed[group_id].tenant.slug}/{managed[group_id].name}")
     return changes
 
 
@@ -222,24 +252,18 @@ def _apply_staff(*, identity: Identity) -> None:
 # --- sessions that must be re-checked with the provider -------------------------------------
 
 
-def _fernet() -> Fernet:
-    # A key of its own, derived from SECRET_KEY: a database dump alone does not hold usable
-    # refresh tokens.
-    digest = hashlib.sha256(f"qassist.signin.refresh:{settings.SECRET_KEY}".encode()).digest()
-    return Fernet(base64.urlsafe_b64encode(digest))
+# A key of its own, derived from SECRET_KEY (qassist.sealing): a database dump alone does not
+# hold usable refresh tokens.
+_PURPOSE = "qassist.signin.refresh"
 
 
 def _seal(token: str | None) -> str:
-    return _fernet().encrypt(token.encode()).decode() if token else ""
+    return sealing.seal(token, purpose=_PURPOSE)
 
 
 def _unseal(sealed: str) -> str | None:
-    if not sealed:
-        return None
-    try:
-        return _fernet().decrypt(sealed.encode()).decode()
-    except InvalidToken:  # SECRET_KEY changed since: the session must sign in again
-        return None
+    # None once SECRET_KEY changed: the session must sign in again.
+    return sealing.unseal(sealed, purpose=_PURPOSE)
 
 
 def provider_session_start(*, session_key: str, user: User, refresh_token: str | None) -> None:

@@ -6,6 +6,7 @@ from typing import Any, Literal
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
@@ -37,6 +38,7 @@ from tenants.models import (
     Membership,
     PromptSuggestion,
     Tenant,
+    TenantGroup,
     UsageDailyReason,
     UsageRecord,
 )
@@ -48,6 +50,9 @@ from tenants.services import (
     api_key_revoke,
     api_key_status,
     check_tenant_slug,
+    tenant_group_members,
+    tenant_group_save,
+    tenant_group_set_members,
     tenant_set_active,
     tenant_stamp_content_audit,
     usage_period_start,
@@ -336,6 +341,85 @@ class MembershipAdmin(TenantScopedAdmin[Membership]):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
+class TenantGroupForm(forms.ModelForm[TenantGroup]):
+    members = forms.ModelMultipleChoiceField(
+        queryset=User.objects.none(),
+        required=False,
+        widget=FilteredSelectMultiple("members", is_stacked=False),
+        help_text="Members of the tenant. People who sign in through the identity provider "
+        "can be put in it from their groups there instead (Tenant group mappings).",
+    )
+
+    class Meta:
+        model = TenantGroup
+        fields = ["tenant", "name"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        tenant = cleaned.get("tenant") or (self.instance.tenant if self.instance.pk else None)
+        for user in cleaned.get("members") or []:
+            if tenant is not None and not Membership.objects.filter(user=user, tenant=tenant):
+                self.add_error("members", f"{user.get_username()} is not a member of {tenant}.")
+        return cleaned
+
+
+@admin.register(TenantGroup)
+class TenantGroupAdmin(TenantScopedAdmin[TenantGroup]):
+    """A tenant's groups: documents (and synced sources) limited to one are read only by its
+    members (docs/knowledge.md, "Who may read what"). Tenant admins keep their tenants'."""
+
+    form = TenantGroupForm
+    tenant_admin_can_add = True
+    tenant_admin_can_delete = True
+    list_display = ["name", "tenant", "member_count", "document_count"]
+    list_filter = [tenant_filter()]
+    list_select_related = ["tenant", "group"]
+    search_fields = ["name", "tenant__slug"]
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: TenantGroup | None = None
+    ) -> list[str]:
+        return ["tenant"] if obj is not None else []
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        people = (
+            User.objects.filter(
+                is_active=True,
+                memberships__tenant__in=(
+                    [obj.tenant_id]
+                    if obj is not None
+                    else (admin_tenants(request) or Tenant.objects.all())
+                ),
+            )
+            .distinct()
+            .order_by("username")
+        )
+        members = form.base_fields["members"]
+        assert isinstance(members, forms.ModelMultipleChoiceField)
+        members.queryset = people
+        if obj is not None:
+            form.base_fields["members"].initial = list(tenant_group_members(group=obj))
+        return form
+
+    def save_model(self, request: HttpRequest, obj: TenantGroup, form: Any, change: bool) -> None:
+        tenant_group_save(group=obj)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        tenant_group_set_members(group=form.instance, users=list(form.cleaned_data["members"]))
+
+    @admin.display(description="members")
+    def member_count(self, obj: TenantGroup) -> int:
+        return obj.group.user_set.count()
+
+    @admin.display(description="documents limited to it")
+    def document_count(self, obj: TenantGroup) -> int:
+        return obj.documents.count()
+
+
 class ApiKeyStatusFilter(admin.SimpleListFilter):
     title = "status"
     parameter_name = "status"
@@ -381,13 +465,15 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
     search_fields = ["prefix", "name", "tenant__slug"]
     autocomplete_fields = ["tenant"]
     actions = ["revoke_selected"]
-    add_fields = ["tenant", "name", "expires_at"]
+    add_fields = ["tenant", "name", "expires_at", "document_scope", "groups"]
     change_fields = [
         "tenant",
         "prefix",
         "status",
         "name",
         "expires_at",
+        "document_scope",
+        "groups",
         "revoked_at",
         "created_at",
         "created_by",
@@ -415,6 +501,26 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
     def status(self, obj: ApiKey) -> str:
         return api_key_status(api_key=obj)
 
+    def formfield_for_manytomany(
+        self, db_field: Any, request: HttpRequest, **kwargs: Any
+    ) -> forms.ModelMultipleChoiceField[Any] | None:
+        if db_field.name == "groups":
+            tenants = admin_tenants(request)
+            groups = TenantGroup.objects.select_related("tenant")
+            kwargs["queryset"] = groups if tenants is None else groups.filter(tenant__in=tenants)
+        return super().formfield_for_manytomany(db_field, request, **kwargs)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        if not change:
+            # The key was made by api_key_create (save_model): `form.instance` is it.
+            form.instance = ApiKey.objects.get(pk=form.instance.pk)
+        chosen = [
+            g
+            for g in form.cleaned_data.get("groups") or []
+            if g.tenant_id == form.instance.tenant_id
+        ]
+        form.instance.groups.set(chosen)
+
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
@@ -424,6 +530,7 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
             name=obj.name,
             created_by=request.user if request.user.is_authenticated else None,
             expires_at=obj.expires_at,
+            document_scope=obj.document_scope,
         )
         # The admin goes on with `obj` (log entry, then response_add): make it the saved key.
         obj.pk = api_key.pk

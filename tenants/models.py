@@ -121,8 +121,38 @@ class Membership(models.Model):
         return f"{self.user} in {self.tenant} ({self.role})"
 
 
+class TenantGroup(models.Model):
+    """A group of a tenant's people that documents can be limited to ("Managers", "HR"): a
+    Django group (`group`, named "<tenant slug>: <name>" so two tenants may both have an
+    "HR"), whose members are kept by hand in the admin or, for people who sign in through the
+    identity provider, from their groups there (signin.GroupMapping with a tenant group)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="groups")
+    name = models.CharField(
+        max_length=100, help_text="What admins and API keys call it, e.g. “HR”."
+    )
+    group = models.OneToOneField(
+        "auth.Group", on_delete=models.CASCADE, related_name="tenant_group", editable=False
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = "tenant group"
+        ordering = ["tenant__slug", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="tenantgroup_tenant_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class ApiKey(models.Model):
     """A tenant's key for the REST API. Only the readable prefix and an HMAC digest are stored."""
+
+    class Scope(models.TextChoices):
+        ALL = "all", "All documents of the tenant"
+        GROUPS = "groups", "Documents open to everyone, and those of the chosen groups"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=200, help_text="What uses it, e.g. “helpdesk bot”.")
@@ -138,6 +168,21 @@ class ApiKey(models.Model):
     )
     revoked_at = models.DateTimeField(
         null=True, blank=True, help_text="Set by the action “Revoke selected keys”."
+    )
+    # Which of the tenant's documents answers to this key may rest on (docs/knowledge.md,
+    # "Who may read what"). Keys made before groups existed read everything, as they did.
+    document_scope = models.CharField(
+        max_length=8,
+        choices=Scope.choices,
+        default=Scope.ALL,
+        verbose_name="documents it may read",
+        help_text="Documents limited to groups answer this key only when it may read them.",
+    )
+    groups = models.ManyToManyField(
+        TenantGroup,
+        blank=True,
+        related_name="api_keys",
+        help_text="With “the chosen groups”: the groups whose documents it may read.",
     )
 
     class Meta:

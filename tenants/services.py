@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare, get_random_string, salted_hmac
 
 from tenants.limits import Limits, Plan, Refusal, get_limiter
-from tenants.models import ApiKey, Membership, PromptSuggestion, Tenant, UsageRecord
+from tenants.models import ApiKey, Membership, PromptSuggestion, Tenant, TenantGroup, UsageRecord
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -117,8 +117,14 @@ def api_key_create(
     name: str,
     created_by: User | None = None,
     expires_at: datetime | None = None,
+    document_scope: str = ApiKey.Scope.ALL,
+    groups: list[TenantGroup] | None = None,
 ) -> tuple[ApiKey, str]:
-    """A new key and its full secret: the only time the secret exists outside the client."""
+    """A new key and its full secret: the only time the secret exists outside the client.
+    `document_scope` and `groups`: which documents answers to it may rest on."""
+    for group in groups or []:
+        if group.tenant_id != tenant.pk:
+            raise ValidationError(f"“{group}” is not a group of {tenant}.", code="invalid")
     for _attempt in range(5):
         prefix = API_KEY_PREFIX + get_random_string(_KEY_ID_LENGTH)
         if ApiKey.objects.filter(prefix=prefix).exists():
@@ -131,10 +137,12 @@ def api_key_create(
             digest=_api_key_digests(raw_key)[0],
             created_by=created_by,
             expires_at=expires_at,
+            document_scope=document_scope,
         )
         try:
             with transaction.atomic():
                 api_key.save()
+                api_key.groups.set(groups or [])
         except IntegrityError:  # the same prefix drawn concurrently: draw again
             continue
         return api_key, raw_key
@@ -206,6 +214,68 @@ def api_key_revoke(*, api_key: ApiKey, at: datetime | None = None) -> ApiKey:
         api_key.revoked_at = at
         api_key.save(update_fields=["revoked_at"])
     return api_key
+
+
+# --- Groups inside a tenant (who may read documents limited to them) -------------------------
+
+
+def _django_group_name(tenant: Tenant, name: str) -> str:
+    return f"{tenant.slug}: {name}"[:150]
+
+
+def check_group_name(name: str) -> str:
+    name = " ".join(name.split())
+    if not name:
+        raise ValidationError("A group needs a name.", code="invalid")
+    if len(name) > 100:
+        raise ValidationError("A group's name is at most 100 characters.", code="invalid")
+    return name
+
+
+@transaction.atomic
+def tenant_group_save(*, group: TenantGroup) -> TenantGroup:
+    """Save a tenant group, with the Django group behind it (made for a new one, renamed with
+    it), named "<tenant slug>: <name>" so that two tenants may each have an "HR"."""
+    from django.contrib.auth.models import Group
+
+    group.name = check_group_name(group.name)
+    wanted = _django_group_name(group.tenant, group.name)
+    if group.group_id is None:
+        group.group = Group.objects.create(name=wanted)
+    elif group.group.name != wanted:
+        group.group.name = wanted
+        group.group.save(update_fields=["name"])
+    group.save()
+    return group
+
+
+def tenant_group_create(*, tenant: Tenant, name: str) -> TenantGroup:
+    return tenant_group_save(group=TenantGroup(tenant=tenant, name=name))
+
+
+def tenant_group_set_members(*, group: TenantGroup, users: list[User]) -> None:
+    """The group's members, from now on: only members of its tenant can be in it."""
+    outsiders = [
+        u
+        for u in users
+        if not Membership.objects.filter(user=u, tenant_id=group.tenant_id).exists()
+    ]
+    if outsiders:
+        raise ValidationError(
+            f"{outsiders[0].get_username()} is not a member of {group.tenant}.", code="invalid"
+        )
+    group.group.user_set.set(users)
+
+
+def tenant_group_members(*, group: TenantGroup) -> QuerySet[User]:
+    return group.group.user_set.order_by("username")
+
+
+def tenant_groups_of(*, user: AnyUser, tenant: Tenant) -> QuerySet[TenantGroup]:
+    """The groups of `tenant` that `user` is in."""
+    if not user.is_authenticated:
+        return TenantGroup.objects.none()
+    return TenantGroup.objects.filter(tenant=tenant, group__user__pk=user.pk)
 
 
 # --- Memberships -----------------------------------------------------------------------------

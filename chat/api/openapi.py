@@ -78,6 +78,11 @@ _UPLOAD = {
                 "properties": {
                     "file": {"type": "string", "format": "binary"},
                     "title": {"type": "string", "maxLength": 300},
+                    "groups": {
+                        "type": "string",
+                        "description": "Upload only: names of the tenant's groups whose members "
+                        "may read it, comma-separated; absent: everyone in the tenant.",
+                    },
                 },
             }
         }
@@ -270,6 +275,20 @@ def _paths() -> dict[str, Any]:
                     **_errors(400, 401, 404, 413, 415),
                 },
             },
+            "patch": {
+                "operationId": "setKnowledgeDocumentGroups",
+                "summary": "Who may read the document: the members of these groups, or "
+                "(null) everyone in the tenant. Its passages follow at once.",
+                "parameters": [_DOCUMENT_PARAM],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref(knowledge.DocumentGroups)}},
+                },
+                "responses": {
+                    "200": _json(knowledge.DocumentObject, "The document."),
+                    **_errors(400, 401, 404, 413),
+                },
+            },
             "delete": {
                 "operationId": "deleteKnowledgeDocument",
                 "summary": "Delete the document with its passages, vectors and index entries.",
@@ -334,6 +353,7 @@ _MODELS: list[type[BaseModel]] = [
     knowledge.DocumentObject,
     knowledge.DocumentList,
     knowledge.DocumentDeleted,
+    knowledge.DocumentGroups,
     feedback.FeedbackCreate,
     feedback.FeedbackObject,
 ]
@@ -352,6 +372,7 @@ _REQUESTS = (
     schemas.BatchCreate,
     schemas.EmbeddingRequest,
     feedback.FeedbackCreate,
+    knowledge.DocumentGroups,
 )
 
 

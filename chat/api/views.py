@@ -124,8 +124,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
 
 @api_endpoint(methods=("GET",))
 async def completion_detail(request: HttpRequest, completion_id: str) -> HttpResponseBase:
-    _session, reply = await database_sync_to_async(services.api_completion_get)(
-        tenant=_principal(request).tenant, session_id=_session_id(completion_id)
+    _session, reply = await database_sync_to_async(services.api_completion_for)(
+        principal=_principal(request), session_id=_session_id(completion_id)
     )
     usage = _usage(reply.prompt_tokens, reply.completion_tokens, 0)
     sources = await database_sync_to_async(services.message_data)(reply)
@@ -152,8 +152,8 @@ async def completion_detail(request: HttpRequest, completion_id: str) -> HttpRes
 
 @api_endpoint(methods=("GET",))
 async def completion_messages(request: HttpRequest, completion_id: str) -> HttpResponseBase:
-    session, reply = await database_sync_to_async(services.api_completion_get)(
-        tenant=_principal(request).tenant, session_id=_session_id(completion_id)
+    session, reply = await database_sync_to_async(services.api_completion_for)(
+        principal=_principal(request), session_id=_session_id(completion_id)
     )
     stored = await database_sync_to_async(
         lambda: list(session.messages.exclude(id=reply.id).order_by("created_at", "id"))

@@ -38,6 +38,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 INSTALL_CHROMIUM = "sudo apt-get install chromium fonts-noto-cjk"
 MODEL = needs.embedded_model_file()
 ARTIFACTS = REPO / "test-artifacts" / "browser"
+# The folder folder sources may sync from (tests/browser/test_sources.py puts a share there).
+SHARES = REPO / "test-artifacts" / "shares"
 PASSWORD = "correct horse battery staple"
 # Indexing only (knowledge.tasks.index_document: attachments on the interactive queue, the
 # knowledge base's documents on their own), one task at a time.
@@ -121,6 +123,7 @@ def _server_env(tmp: Path, **overrides: str) -> dict[str, str]:
         # overlaps, lower than a model's: the bar for "the documents answer this" is too.
         QASSIST_EMBEDDING_MODEL="hashing",
         QASSIST_KNOWLEDGE_MIN_SCORE="0.25",
+        QASSIST_SOURCE_FOLDERS=str(SHARES),
         PYTHONUNBUFFERED="1",
     )
     env.update(overrides)

@@ -227,3 +227,52 @@ async def test_a_browser_conversation_is_not_reachable_over_rest(
         f"/v1/chat/completions/chatcmpl-{conversation.id.hex}", headers=headers(api_key[1])
     )
     assert response.status_code == 404
+
+
+# --- documents limited to a group (docs/knowledge.md, "Who may read what") ---------------------
+
+
+@pytest.fixture
+def salary_bands(tenant: Tenant, member: User) -> Any:
+    """An indexed passage of a document limited to acme's group HR; `member` is not in it."""
+    from knowledge.models import Chunk, Document
+    from tenants.services import tenant_group_create
+
+    group = tenant_group_create(tenant=tenant, name="HR")
+    document = Document.objects.create(tenant=tenant, title="Salary bands", filename="s.md",
+                                       kind="markdown", size=10, sha256="0" * 64,
+                                       status="ready", audience=f"g:{group.pk}")  # fmt: skip
+    document.groups.set([group])
+    chunk = Chunk.objects.create(
+        document=document,
+        tenant=tenant,
+        version=1,
+        ordinal=0,
+        text="L3 earns EUR 70,000.",
+        tokens=5,
+        search_text="l3",
+        embedding=b"",
+        embedder="x",
+        audience=document.audience,
+    )
+    return group, document, chunk
+
+
+async def test_a_passage_and_file_of_a_group_are_404_to_members_outside_it_and_keys_without_it(
+    salary_bands: Any, member: User, outsider: User, tenant: Tenant
+) -> None:
+    group, document, chunk = salary_bands
+    for user in (member, outsider):
+        client = await sync_to_async(logged_in)(user)
+        assert (await sync_to_async(client.get)(f"/passages/{chunk.pk}")).status_code == 404
+        file_url = f"/documents/{document.pk}/file"
+        assert (await sync_to_async(client.get)(file_url)).status_code == 404
+    _, narrow = await sync_to_async(api_key_create)(tenant=tenant, name="no groups",
+                                                    document_scope="groups")  # fmt: skip
+    rest = AsyncClient()
+    url = f"/v1/knowledge/documents/{document.public_id}"
+    assert (await rest.get(url, headers=headers(narrow))).status_code == 404
+    assert (await rest.get(f"{url}/content", headers=headers(narrow))).status_code == 404
+    await sync_to_async(group.group.user_set.add)(member)
+    client = await sync_to_async(logged_in)(member)
+    assert (await sync_to_async(client.get)(f"/passages/{chunk.pk}")).status_code == 200

@@ -14,7 +14,9 @@ from knowledge import ingest, services
 from knowledge.embeddings import set_embedder
 from knowledge.index import forget_matrices
 from knowledge.models import Document
-from tenants.models import Tenant
+from knowledge.services import document_set_groups
+from tenants.models import Membership, Tenant, TenantGroup
+from tenants.services import tenant_group_create, tenant_group_set_members
 from tests.chat.conftest import engine, use_engine  # noqa: F401 - fixtures for these tests
 from tests.fakes import FakeCounter, FakeEmbedder
 
@@ -78,3 +80,31 @@ def upload(no_dispatch: list[tuple[object, int]]) -> Upload:
 
 def corpus_file(name: str) -> bytes:
     return (CORPUS / name).read_bytes()
+
+
+# --- who may read what (test_groups.py, test_groups_api.py) -------------------------------------
+
+TRAVEL = "# Travel policy\n\n## Hotels\n\nThe hotel cap per night is EUR 180.\n"
+SALARY = "# Salary bands\n\n## Level L3\n\nThe salary band of level L3 is EUR 70,000 to 82,000.\n"
+
+
+@pytest.fixture
+def hr_group(tenant: Tenant) -> TenantGroup:
+    return tenant_group_create(tenant=tenant, name="HR")
+
+
+@pytest.fixture
+def hr(tenant: Tenant, hr_group: TenantGroup) -> User:
+    user = User.objects.create_user("hr", "hr@example.com", "pw")
+    Membership.objects.create(user=user, tenant=tenant)
+    tenant_group_set_members(group=hr_group, users=[user])
+    return user
+
+
+@pytest.fixture
+def docs(tenant: Tenant, upload: Upload, hr_group: TenantGroup) -> dict[str, Document]:
+    travel = upload(tenant, "travel.md", TRAVEL)
+    salary = upload(tenant, "salary.md", SALARY)
+    document_set_groups(document=salary, groups=[hr_group])
+    salary.refresh_from_db()
+    return {"travel": travel, "salary": salary}

@@ -91,6 +91,8 @@ def test_a_member_opens_a_passage_of_the_tenants_documents(
         "title": "Handbook",
         "filename": "handbook.md",
         "download_url": file_url(handbook),
+        "origin": None,  # uploaded, not synced from a source
+        "origin_url": None,
     }
 
 

@@ -50,14 +50,16 @@ def test_a_superusers_index_is_grouped_by_what_staff_do(admin_client):
                 "Members",
                 "Users",
                 "Groups",
+                "Tenant groups",
                 "API keys",
                 "Group mappings",
+                "Tenant group mappings",
                 "Identities",
             ],
         ),
         (
             "Knowledge and cached replies",
-            ["Documents", "Cached replies", "Cached reply candidates"],
+            ["Documents", "Sources", "Cached replies", "Cached reply candidates"],
         ),
         ("Feedback", ["Feedback: what to improve", "Feedback"]),
         ("Usage", ["Usage at a glance", "Usage records", "Batches"]),
@@ -76,10 +78,10 @@ def test_a_superusers_index_is_grouped_by_what_staff_do(admin_client):
 def test_a_tenant_admin_sees_their_sections_only(tenant_admin):
     response = client_for(tenant_admin).get(reverse("admin:index"))
     assert sections(response) == [
-        ("Tenants and people", ["Tenants", "Members", "API keys"]),
+        ("Tenants and people", ["Tenants", "Members", "Tenant groups", "API keys"]),
         (
             "Knowledge and cached replies",
-            ["Documents", "Cached replies", "Cached reply candidates"],
+            ["Documents", "Sources", "Cached replies", "Cached reply candidates"],
         ),
         ("Feedback", ["Feedback: what to improve", "Feedback"]),
         ("Usage", ["Usage at a glance", "Usage records", "Batches"]),

@@ -24,8 +24,13 @@ from chat.models import (
     Message,
 )
 from inference.types import ChatMessage, SamplingParams
-from tenants.models import ApiKey, Membership, Tenant, UsageRecord
-from tenants.services import api_key_authenticate, api_key_create, api_key_revoke
+from tenants.models import ApiKey, Membership, Tenant, TenantGroup, UsageRecord
+from tenants.services import (
+    api_key_authenticate,
+    api_key_create,
+    api_key_revoke,
+    tenant_group_create,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -58,6 +63,7 @@ def one_of_each(
         ContentRead: ContentRead.objects.create(
             reader_name="root", tenant=tenant, kind="conversation", session_id=session.id
         ),
+        TenantGroup: tenant_group_create(tenant=tenant, name="HR"),
     }
 
 
@@ -68,6 +74,7 @@ def registered_models() -> list[type[models.Model]]:
 def test_it_covers_every_registered_model() -> None:
     assert set(registered_models()) == {
         Tenant,
+        TenantGroup,
         Membership,
         ApiKey,
         UsageRecord,
@@ -147,16 +154,24 @@ def test_it_refuses_a_bad_slug_in_the_tenant_form(admin_client: Client) -> None:
     assert not Tenant.objects.exists()
 
 
-def test_the_key_add_form_asks_only_tenant_name_and_expiry(admin_client: Client) -> None:
+def test_the_key_add_form_asks_only_tenant_name_expiry_and_what_it_may_read(
+    admin_client: Client,
+) -> None:
     response = admin_client.get(reverse("admin:tenants_apikey_add"))
     form = response.context["adminform"].form
-    assert list(form.fields) == ["tenant", "name", "expires_at"]
+    assert list(form.fields) == ["tenant", "name", "expires_at", "document_scope", "groups"]
 
 
 def add_key(client: Client, tenant: Tenant, name: str = "from the admin"):
     return client.post(
         reverse("admin:tenants_apikey_add"),
-        {"tenant": tenant.pk, "name": name, "expires_at_0": "", "expires_at_1": ""},
+        {
+            "tenant": tenant.pk,
+            "name": name,
+            "expires_at_0": "",
+            "expires_at_1": "",
+            "document_scope": "all",
+        },
     )
 
 

@@ -162,3 +162,16 @@ def test_its_last_line_is_the_key_for_tail_n1(
     *explanation, last = result.stdout.splitlines()
     assert explanation
     assert re.fullmatch(r"qa_[A-Za-z0-9]{8}_[A-Za-z0-9]{32,}", last)
+
+
+def test_it_gives_a_key_a_document_scope_of_named_groups(tenant: Tenant) -> None:
+    from knowledge.access import reader_for_api_key
+    from tenants.services import tenant_group_create
+
+    hr = tenant_group_create(tenant=tenant, name="HR")
+    raw = run("create_api_key", "acme", "--groups", "HR").strip().splitlines()[-1]
+    api_key = api_key_authenticate(raw_key=raw)
+    assert api_key is not None
+    assert reader_for_api_key(api_key=api_key).groups == frozenset({hr.pk})
+    with pytest.raises(CommandError, match="no group named “Sales”"):
+        run("create_api_key", "acme", "--groups", "HR,Sales")

@@ -24,6 +24,7 @@ export async function openPassage(source, from) {
   $("passage-text").textContent = "Loading the passage…";
   $("passage-text").setAttribute("aria-busy", "true");
   $("passage-download").hidden = true;
+  $("passage-origin").hidden = true;
   if (!box.open) box.showModal();
   $("passage-close").focus();
   let passage = null;
@@ -45,6 +46,23 @@ export async function openPassage(source, from) {
   link.href = passage.document.download_url;
   link.textContent = "Download " + passage.document.filename;
   link.hidden = false;
+  showOrigin(passage.document);
+}
+
+/** Where a synced document lives: its page on the intranet (a link, opened in a new tab), or
+ * its file's path in the share (text to copy: browsers do not open file paths). */
+function showOrigin(doc) {
+  const link = $("passage-origin-link");
+  const path = $("passage-origin-path");
+  link.hidden = !doc.origin_url;
+  path.hidden = Boolean(doc.origin_url) || !doc.origin;
+  if (doc.origin_url) {
+    link.href = doc.origin_url;
+    link.textContent = doc.origin_url;
+  } else {
+    path.textContent = doc.origin || "";
+  }
+  $("passage-origin").hidden = !doc.origin;
 }
 
 /** The passage's text with the sentences the reply rests on highlighted (<mark>), the first one

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from tenants.models import Tenant
+from tenants.models import ApiKey, Tenant, TenantGroup
 from tenants.services import api_key_create
 
 
@@ -23,6 +23,11 @@ class Command(BaseCommand):
         parser.add_argument("slug", help="the tenant's slug")
         parser.add_argument("--name", help="what the key is for (default: created from the CLI)")
         parser.add_argument("--expires-days", type=int, help="expire after N days (default: never)")
+        parser.add_argument(
+            "--groups",
+            help="the key reads only documents open to everyone and those of these tenant "
+            "groups (comma-separated names; empty: none). Default: every document",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         slug: str = options["slug"]
@@ -38,7 +43,17 @@ class Command(BaseCommand):
         now = timezone.now()
         expires_at = now + timedelta(days=expires_days) if expires_days else None
         name = options["name"] or f"manage.py create_api_key, {now:%Y-%m-%d}"
-        api_key, raw_key = api_key_create(tenant=tenant, name=name, expires_at=expires_at)
+        scope, groups = ApiKey.Scope.ALL, []
+        if options["groups"] is not None:
+            wanted = [g.strip() for g in str(options["groups"]).split(",") if g.strip()]
+            found = {g.name: g for g in TenantGroup.objects.filter(tenant=tenant, name__in=wanted)}
+            missing = [g for g in wanted if g not in found]
+            if missing:
+                raise CommandError(f"{tenant.slug} has no group named “{missing[0]}”.")
+            scope, groups = ApiKey.Scope.GROUPS, [found[g] for g in wanted]
+        api_key, raw_key = api_key_create(
+            tenant=tenant, name=name, expires_at=expires_at, document_scope=scope, groups=groups
+        )
         if not tenant.active:
             self.stderr.write(
                 f"Warning: tenant {tenant.slug} is inactive; its keys are refused until "
