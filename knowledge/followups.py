@@ -24,7 +24,7 @@ from knowledge.segment import words
 # Words that point back into the conversation: a question holding one needs its predecessor.
 _ANAPHORA = frozenset(
     """
-    it its it's they them their those these that this there one ones same such
+    it its it's they them their those these that this there ones same such
     instead also too else other another either former latter above
     它 它们 这 那 这个 那个 这些 那些 该 其 此 上述 同样 也 还 呢 那么
     """.split()  # noqa: SIM905 - a word list reads best as words
@@ -34,19 +34,33 @@ _OPENERS = re.compile(
     r"|^\s*(?:那|还有|另外|如果|那么)",
     re.IGNORECASE,
 )
+# "one" stands for something said before only where no noun follows it: "Is there one for
+# interns?", "Which one?", but not "Name one colour." (a numeral).
+_ONE = re.compile(
+    r"\bone(?=\s*(?:[?.!,;:]|$)|\s+(?:for|of|in|with|that|which|at|on|to|is|are)\b)",
+    re.IGNORECASE,
+)
 # A question with at most this many subject words of its own leans on the one before it.
 SHORT = 2
 
 
+def is_marked(question: str) -> bool:
+    """Whether `question` says that it leans on the conversation: an opener ("And for
+    Amsterdam?", "What about trains?", "那上海呢？") or a word pointing back ("How often do I have
+    to change it?")."""
+    if _OPENERS.search(question) or _ONE.search(question):
+        return True
+    return any(w in _ANAPHORA for w in words(question))
+
+
 def is_follow_up(question: str) -> bool:
-    """Whether `question` leans on the conversation before it ("And for Amsterdam?", "How
-    often do I have to change it?", "那上海呢？")."""
-    if _OPENERS.search(question):
+    """Whether `question` leans on the conversation before it: marked as such (`is_marked`),
+    or too short to stand alone ("Amsterdam?", "How long?"). A short question may be a new one
+    ("Name one colour."): only a marked follow-up is judged as its standalone form and rests on
+    the conversation's passages (knowledge.turns)."""
+    if is_marked(question):
         return True
-    own = words(question)
-    if any(w in _ANAPHORA for w in own):
-        return True
-    return len(subject_terms(question)) <= SHORT and len(own) <= 8
+    return len(subject_terms(question)) <= SHORT and len(words(question)) <= 8
 
 
 def inherited(question: str, earlier: Sequence[str]) -> list[str]:

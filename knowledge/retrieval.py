@@ -68,18 +68,20 @@ def retrieve(
     earlier: Sequence[str] = (),
     candidates: int = CANDIDATES,
     standalone: str | None = None,
+    judge_standalone: bool = True,
     reader: Reader = PUBLIC,
 ) -> Retrieval:
     """Passages for `question` (with `earlier` questions of the conversation, oldest first)
     from the tenant's documents that `reader` may read and the conversation's attached ones;
     `standalone`: the question made standalone when it is a follow-up (knowledge.followups),
-    searched too and judged on as the question itself."""
+    searched too and, with `judge_standalone`, judged on as the question itself (a short
+    question that does not say it leans back, "Name one colour.", is judged on its own words)."""
     embedder = get_embedder()
     queries = [question]
     judged = 1  # the queries whose best similarity says whether the documents answer
     if standalone and standalone != question:
         queries.append(standalone)
-        judged = 2
+        judged = 2 if judge_standalone else 1
     previous = next((q for q in reversed(earlier) if q.strip()), "")
     if previous:
         queries.append(f"{previous}\n{question}")

@@ -115,16 +115,20 @@ def turn_passages(
         return TurnPassages(general=True)
     asked = followups.standalone(question, earlier_questions)
     inherited = followups.inherited(question, earlier_questions)
+    # Only a question that says it leans back is judged as its standalone form, and rests on
+    # the conversation's passages: "Name one colour." after a hotel question is a new one.
+    leans_back = bool(inherited) and followups.is_marked(question)
     found = retrieval.retrieve(
         tenant_id=tenant.pk,
         session_id=session_id,
         question=question,
         earlier=earlier_questions,
         standalone=asked,
+        judge_standalone=leans_back,
         reader=reader,
     )
     kept = [p for p in earlier_passages if p.chunk_id is not None]
-    if not found.answerable and kept:
+    if not found.answerable and kept and leans_back:
         # A follow-up that finds nothing new rests on what the conversation was given.
         return _judged(
             tenant, session_id, asked, [], kept, found.best_similarity, inherited, reader

@@ -80,3 +80,14 @@ def test_writing_and_general_tasks_do_not_ask_the_documents():
         "总结一下年假规定",
     ):
         assert not is_task(question), question
+
+
+def test_one_as_a_numeral_does_not_lean_back_but_one_standing_for_something_does() -> None:
+    assert not followups.is_marked("Name one colour.")
+    assert followups.is_marked("Is there one for interns?")
+    assert followups.is_marked("Which one is cheaper?")
+    assert followups.is_marked("And for Amsterdam?")
+    assert followups.is_marked("那上海呢？")
+    # Short, so still a follow-up candidate whose standalone form is searched too; only a
+    # marked one is judged on that form (knowledge.turns).
+    assert followups.is_follow_up("Name one colour.")

@@ -139,6 +139,24 @@ async def test_a_follow_up_rests_on_the_passages_the_conversation_was_given(
     await socket.disconnect()
 
 
+async def test_a_short_new_question_after_a_document_answer_is_not_taken_for_a_follow_up(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # "Name one colour." is short, but says nothing that leans back ("one" is a numeral here):
+    # it is not searched or judged as "Name one colour. (hotel, Paris...)", and does not rest
+    # on the hotel passage the conversation was given (CI's browser test caught this).
+    use_engine(replying("In Paris you may pay up to EUR 220 a night."))
+    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    socket = await connected_as(member)
+    first = of(await ask(socket, QUESTION), "reply.done")[0]["reply"]
+    session = (await database_sync_to_async(Message.objects.get)(id=first["id"])).session_id
+    frames = await ask(socket, "Name one colour.", str(session))
+    start = of(frames, "reply.start")[0]
+    assert start["user_message"]["grounding"] == "none_found"
+    assert start["reply"]["sources"] == []
+    await socket.disconnect()
+
+
 async def test_a_cached_reply_made_from_an_answer_keeps_its_sources_and_quotes(
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:
