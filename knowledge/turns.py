@@ -323,12 +323,17 @@ def mark_cited(
     reply_text: str,
     evidence: Mapping[str, Any] | None = None,
 ) -> list[dict[str, object]]:
-    """The sources with `cited` set from the reply's text, and `quotes` from its support
-    check (the sentences of each passage that hold what the reply states), with the earlier
+    """The sources with `cited` set from the reply's text (for a reply with an unsupported
+    claim, only those with a quote), and `quotes` from its support check (the sentences of each
+    passage that hold what the reply states), with the earlier
     passages of the conversation it rests on added in number order."""
     cited = prompt.cited_numbers(reply_text)
     evidence = evidence or {}
     quotes = evidence.get("quotes", {})
+    if evidence.get("verdict") == "unsupported":
+        # The model's own "[1]" after a claim no sentence about the question holds is no
+        # citation: only passages with a quote holding what the reply states count as cited.
+        cited = {n for n in cited if quotes.get(str(n))}
     have = {source["number"] for source in sources}
     earlier = [dict(s) for s in evidence.get("earlier", []) if s.get("number") not in have]
     if earlier:

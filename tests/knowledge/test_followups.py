@@ -91,3 +91,15 @@ def test_one_as_a_numeral_does_not_lean_back_but_one_standing_for_something_does
     # Short, so still a follow-up candidate whose standalone form is searched too; only a
     # marked one is judged on that form (knowledge.turns).
     assert followups.is_follow_up("Name one colour.")
+
+
+def test_a_models_own_marker_after_an_unsupported_claim_is_no_citation() -> None:
+    from knowledge.turns import mark_cited
+
+    sources = [{"number": 1, "title": "Travel"}, {"number": 2, "title": "Meals"}]
+    reply = "It is EUR 210 [1]. Meals are EUR 48 [2]."
+    quotes = {"2": [{"text": "The meal allowance abroad is EUR 48 a day."}]}
+    warned = mark_cited(sources, reply, {"verdict": "unsupported", "quotes": quotes})
+    assert [s["cited"] for s in warned] == [False, True]
+    supported = mark_cited(sources, reply, {"verdict": "supported", "quotes": quotes})
+    assert [s["cited"] for s in supported] == [True, True]
