@@ -254,9 +254,10 @@ GENERIC = frozenset(
     amount much many long often maximum minimum most least max min per each every
     rule rules policy policies allowed allow may able new old first last next
     one two three four five
-    eur euro euros usd yuan rmb cny
+    eur euro euros usd yuan rmb cny dollar dollars
+    what's who's where's when's how's i'm i've i'd i'll we're
     多少 几 几天 多久 多长 什么 时候 哪里 哪儿 怎么办 规定 员工 公司 可以 需要 允许
-    最多 最少 每 每天 每月 每年
+    最多 最少 每 每天 每月 每年 欧元 美元 人民币 元
     """.split()  # noqa: SIM905 - a word list reads best as words
 )
 
@@ -273,11 +274,17 @@ def _stem(word: str) -> str:
 
 
 def subject_terms(question: str) -> list[str]:
-    """The question's words that say what it is about, in order (stop words, question words and
-    the generic words of any policy question aside)."""
+    """The question's words that say what it is about, in order (stop words, question words,
+    contractions, the measure after "how", currency names and the generic words of any policy
+    question aside)."""
     seen: dict[str, None] = {}
+    previous = ""
     for word in words(question):
+        # "How large", "how soon", "how far": the measure asked for, not what it is about.
+        after_how, previous = previous == "how", word
         if word in STOPWORDS or word in GENERIC or (len(word) < 2 and not word.isdigit()):
+            continue
+        if after_how:
             continue
         if any(c.isdigit() for c in word):
             continue

@@ -26,7 +26,9 @@ Every figure is reported for the tuning half and the held-out half apart (the qu
 - unanswerable answered unwarned: a question the documents do not answer whose reply is neither
   declined (before generation, by the model, or replaced) nor warned (the support check's
   warning or the not-found note) — the target is at most 10%;
-- answerable declined or warned: the same, wrongly, on a question the documents answer;
+- answerable wrongly declined or warned: a question the documents answer whose reply is declined,
+  or correct and warned (a warning on a wrong answer is right); apart: declined, correct answers
+  warned, and wrong answers (not declined) left unwarned;
 - correct with a quote holding the fact: of the correct replies, those with a quoted sentence
   that holds an expected fact;
 - cited but unquoted figures: replies shown with a citation and no warning that state a figure
@@ -541,7 +543,16 @@ def summary(results: list[Result], *, answered: bool) -> dict[str, str]:
         row["unanswerable declined before generation"] = share(
             [r.declined_before for r in unanswerable]
         )
-        row["answerable declined or warned"] = share([r.declined or r.warned for r in answerable])
+        # A warning on a wrong answer is right: only declines and warnings on correct answers
+        # are wrong (the "wrongly declined or warned").
+        row["answerable wrongly declined or warned"] = share(
+            [r.declined or (r.warned and r.correct) for r in answerable]
+        )
+        row["answerable declined"] = share([r.declined for r in answerable])
+        row["correct answers warned"] = share([r.warned for r in answerable if r.correct])
+        row["wrong answers unwarned"] = share(
+            [not r.warned for r in answerable if not r.correct and not r.declined]
+        )
         row["correct with a quote holding the fact"] = share(
             [r.quote_holds_fact for r in answerable if r.correct and not r.warned]
         )

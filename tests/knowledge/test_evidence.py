@@ -168,3 +168,18 @@ def test_a_name_the_passages_titles_use_is_not_a_claim():
     )
     assert [c.text for c in checked.supported] == ["5"]
     assert checked.verdict == evidence.SUPPORTED
+
+
+def test_contractions_the_measure_after_how_and_currency_names_are_not_the_subject() -> None:
+    # Held-out answers were warned for want of "what's", "large" or "欧元" in the sentence
+    # that held their figure ("USD 18 million" for "How large is the break fee...?").
+    assert evidence.subject_terms(
+        "I'm a field service lead. What's the monthly limit on my company card?"
+    ) == ["field", "service", "lead", "monthly", "limit", "card"]
+    assert evidence.subject_terms("How large is the break fee Globex would pay?") == [
+        "break",
+        "fee",
+        "globex",
+    ]
+    assert "欧元" not in evidence.subject_terms("报销时金额超过多少欧元必须附上收据？")
+    assert "收据" in evidence.subject_terms("报销时金额超过多少欧元必须附上收据？")
