@@ -11,10 +11,11 @@
 
 Each starts what it needs in a temporary folder (SQLite, embedded mode, no Redis) and prints
 JSON. `--tree PATH` runs another checkout of qassist with this virtualenv (the "before" column
-of docs/RELIABILITY.md was measured with `git worktree add --detach /tmp/base main` and
-`--tree /tmp/base`); sizes are options, so that a "before" run can be kept bounded on a shared
-machine. The hostile files are built here (and by the tests): `flate_bomb_pdf`,
-`understated_docx`.
+of docs/RELIABILITY.md, section 6, was measured with `git worktree add --detach /tmp/base
+2aa7d63`, main before the fixes, and `--tree /tmp/base`); sizes, the batch, the hostile
+pattern and its question are options, so that a "before" run can be kept bounded on a shared
+machine and an accepted pattern can be tried too. The hostile files are built here (and by the
+tests): `flate_bomb_pdf`, `understated_docx`.
 """
 
 from __future__ import annotations
@@ -258,9 +259,9 @@ def run_embeddings(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
         send("warm-up", "hello")
         # The largest accepted: one text at the model's maximum (about 1,000 tokens), then the
-        # most texts one request may hold, each of a long paragraph.
+        # most texts one request may hold (2,048; --texts for fewer), each of a long paragraph.
         send("one text of 3,900 characters", (sentence * 60)[:3_900])
-        send("2,048 texts of 480 characters", [(sentence * 7)[:480]] * 2_048)
+        send(f"{args.texts:,} texts of 480 characters", [(sentence * 7)[:480]] * args.texts)
         send(f"the attack: one text of {args.chars:,} characters", "a " * (args.chars // 2))
     finally:
         results["stop"] = web.stop()
@@ -292,11 +293,12 @@ def run_question(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         )
         results["upload"] = upload.status_code
         results["before"] = memory_mb(web.proc.pid)
+        served = httpx.get(f"{web.base}/v1/models", headers=headers).json()["data"][0]["id"]
         question = "What is the hotel cap? " * (args.chars // 23)
         started = time.monotonic()
         response = httpx.post(
             f"{web.base}/v1/chat/completions",
-            json={"model": "smollm2-135m", "messages": [{"role": "user", "content": question}]},
+            json={"model": served, "messages": [{"role": "user", "content": question}]},
             headers=headers,
             timeout=args.timeout,
         )
@@ -342,6 +344,11 @@ def run_parser(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     script.write_text("import django\ndjango.setup()\n" + _INDEX_SCRIPT, encoding="utf-8")
     results: dict[str, Any] = {}
     files = {
+        # The largest accepted: a PDF whose stream stays under the parsers' cap (128 MiB).
+        f"pdf, one Flate stream of {args.pdf_ok_mb:,} MiB (accepted)": (
+            "accepted.pdf",
+            lambda: flate_bomb_pdf(args.pdf_ok_mb << 20),
+        ),
         f"pdf, one Flate stream of {args.pdf_mb:,} MiB": (
             "bomb.pdf",
             lambda: flate_bomb_pdf(args.pdf_mb << 20),
@@ -388,6 +395,7 @@ def run_grammar(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         web.wait()
         served = httpx.get(f"{web.base}/v1/models", headers=headers).json()["data"][0]["id"]
         gaps: list[float] = []
+        last_delta: list[float] = []  # when the story's latest delta came
         stream_done = threading.Event()
 
         def normal_stream() -> None:
@@ -398,20 +406,25 @@ def run_grammar(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 "messages": [{"role": "user", "content": "Tell a long story about a ship."}],
             }
             last = None
-            with httpx.stream(
-                "POST",
-                f"{web.base}/v1/chat/completions",
-                json=body,
-                headers=headers,
-                timeout=args.timeout,
-            ) as response:
-                for line in response.iter_lines():
-                    if line.startswith("data: {"):
-                        now = time.monotonic()
-                        if last is not None:
-                            gaps.append(now - last)
-                        last = now
-            stream_done.set()
+            try:
+                with httpx.stream(
+                    "POST",
+                    f"{web.base}/v1/chat/completions",
+                    json=body,
+                    headers=headers,
+                    timeout=args.timeout,
+                ) as response:
+                    for line in response.iter_lines():
+                        if line.startswith("data: {"):
+                            now = time.monotonic()
+                            if last is not None:
+                                gaps.append(now - last)
+                            last = now
+                            last_delta[:] = [now]
+                        if line == "data: [DONE]":
+                            stream_done.set()
+            except httpx.HTTPError:
+                pass  # cut by the SIGTERM: "finished" says so
 
         streamer = threading.Thread(target=normal_stream, daemon=True)
         streamer.start()
@@ -420,14 +433,14 @@ def run_grammar(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "model": served,
             "max_tokens": 64,
             "temperature": 0,
-            "messages": [{"role": "user", "content": "Give x as many a's as you like."}],
+            "messages": [{"role": "user", "content": args.ask}],
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {
                     "name": "a",
                     "schema": {
                         "type": "object",
-                        "properties": {"x": {"type": "string", "pattern": HOSTILE_PATTERN}},
+                        "properties": {"x": {"type": "string", "pattern": args.pattern}},
                         "required": ["x"],
                     },
                 },
@@ -444,8 +457,12 @@ def run_grammar(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     headers=headers,
                     timeout=args.window + 5,
                 )
-                error = response.json().get("error") or {}
+                answer = response.json()
+                error = answer.get("error") or {}
                 outcome.update(status=response.status_code, code=error.get("code"))
+                if "choices" in answer:
+                    outcome["reply"] = answer["choices"][0]["message"]["content"][:120]
+                    outcome["tokens"] = answer["usage"]["completion_tokens"]
             except httpx.HTTPError as exc:
                 outcome.update(status=type(exc).__name__)
             outcome["seconds"] = round(time.monotonic() - started, 2)
@@ -453,7 +470,11 @@ def run_grammar(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         sender = threading.Thread(target=send_hostile, daemon=True)
         sender.start()
         started = time.monotonic()
-        while time.monotonic() - started < args.window and (sender.is_alive() or gaps == []):
+        # Watched until the hostile request has its answer and the story has ended (or the
+        # window is over): a SIGTERM sooner would cut the story and say nothing of it.
+        while time.monotonic() - started < args.window and (
+            sender.is_alive() or not stream_done.is_set()
+        ):
             sample: dict[str, Any] = {"t": round(time.monotonic() - started, 1)}
             try:
                 health = httpx.get(f"{web.base}/healthz", timeout=3)
@@ -471,6 +492,12 @@ def run_grammar(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "deltas": len(gaps) + 1,
             "longest_gap_s": round(max(gaps), 2) if gaps else None,
             "finished": stream_done.is_set(),
+            # A story still held: how long since its latest delta (more than any gap above).
+            "silent_for_s": (
+                None
+                if stream_done.is_set() or not last_delta
+                else round(time.monotonic() - last_delta[0], 1)
+            ),
         }
         print(json.dumps(results), flush=True)
     finally:
@@ -483,9 +510,13 @@ def main() -> None:
     parser.add_argument("scenario", choices=["embeddings", "question", "parser", "grammar"])
     parser.add_argument("--tree", type=Path, default=ROOT, help="the qassist checkout to run")
     parser.add_argument("--chars", type=int, default=200_000, help="the attack's text length")
+    parser.add_argument("--texts", type=int, default=2_048, help="the largest batch's texts")
     parser.add_argument("--pdf-mb", type=int, default=4096, help="the PDF stream, expanded")
+    parser.add_argument("--pdf-ok-mb", type=int, default=120, help="a PDF stream under the cap")
     parser.add_argument("--docx-mb", type=int, default=1024, help="the DOCX part, expanded")
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    parser.add_argument("--ask", default="Give x as many a's as you like.", help="its question")
+    parser.add_argument("--pattern", default=HOSTILE_PATTERN, help="the hostile string pattern")
     parser.add_argument("--max-tokens", type=int, default=400, help="the normal stream's")
     parser.add_argument("--window", type=float, default=60, help="seconds to watch (grammar)")
     parser.add_argument("--stop-timeout", type=float, default=60, help="SIGTERM, then SIGKILL")
