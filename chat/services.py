@@ -27,6 +27,7 @@ from chat.language import same_language
 from chat.models import CachedReply, ChatSession, CustomInstructions, Message
 from chat.question_keys import normalize_question
 from inference.types import ChatMessage, Done, Failed, SamplingParams
+from knowledge import citations
 from knowledge import turns as knowledge
 from knowledge.access import PUBLIC, Reader, reader_for_session, reader_for_user
 from tenants.models import Tenant, UsageRecord
@@ -561,7 +562,7 @@ class TurnPlan:
                 "where": p.chunk.where,
                 "passage_id": p.chunk.pk,
                 "document_id": f"doc-{p.chunk.document_id.hex}",
-                "snippet": knowledge.snippet(p.chunk.text),
+                "snippet": citations.snippet(p.chunk.text),
                 "cited": False,
             }
             for p in self.passages.passages

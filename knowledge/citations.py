@@ -188,3 +188,12 @@ def citation_suffix(reply: str, question: str, passages: Mapping[int, str]) -> s
     if unsupported(reply, question, passages):
         return NOT_FOUND_NOTE_ZH if _CJK.search(reply) else NOT_FOUND_NOTE
     return ""
+
+
+SNIPPET_CHARS = 240  # a source's preview under a reply
+
+
+def snippet(text: str) -> str:
+    """A passage's text on one line, cut to a preview."""
+    line = " ".join(text.split())
+    return line if len(line) <= SNIPPET_CHARS else line[: SNIPPET_CHARS - 1].rstrip() + "…"

@@ -448,14 +448,12 @@ def reply_evidence(*, question_message_id: int, reply_text: str) -> ReplyEvidenc
 
 
 def _source(passage: Passage) -> dict[str, Any]:
-    from knowledge.turns import snippet
-
     return {
         "number": passage.number,
         "title": passage.title,
         "where": passage.where,
         "passage_id": passage.chunk_id,
         "document_id": f"doc-{passage.document_id.hex}" if passage.document_id else None,
-        "snippet": snippet(passage.chunk.text) if passage.chunk is not None else None,
+        "snippet": citations.snippet(passage.chunk.text) if passage.chunk is not None else None,
         "cited": False,
     }

@@ -22,13 +22,13 @@ from django.conf import settings
 
 from knowledge import answerability, followups, prompt, requests, retrieval, services, support
 from knowledge.access import PUBLIC, Reader
+from knowledge.citations import snippet
 from knowledge.models import Chunk, KnowledgeBase, Passage
 from tenants.models import Tenant
 
 # Older questions' passages beyond this many tokens are left out of the history (their
 # numbers and titles stay): a long conversation still fits the model's window.
 HISTORY_PASSAGE_TOKENS = 1800
-SNIPPET_CHARS = 240
 
 NONE_FOUND = "none_found"
 DOCUMENTS = "documents"
@@ -311,11 +311,6 @@ def sources_of(
         for p in sorted(passages, key=lambda p: p.number)
     ]
     return mark_cited(sources, reply_text, evidence)
-
-
-def snippet(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= SNIPPET_CHARS else line[: SNIPPET_CHARS - 1].rstrip() + "…"
 
 
 def mark_cited(
