@@ -11,7 +11,7 @@ import { subscribe } from "./modules/replies.js";
 import { DRAFT_KEY, scheduleMeasure } from "./modules/room.js";
 import { wireSettings } from "./modules/settings.js";
 import { updateConversationTools, wireShare } from "./modules/share.js";
-import { renderSidebar, showArchived, upsertSession, wireSidebar } from "./modules/sidebar.js";
+import { noticeArchivedOpen, renderSidebar, showArchived, upsertSession, wireSidebar } from "./modules/sidebar.js";
 import { connect } from "./modules/socket.js";
 import { wireTheme } from "./modules/theme.js";
 
@@ -86,6 +86,7 @@ function init() {
     els.input.value = draft;
     scheduleMeasure(true);
   }
+  noticeArchivedOpen();
   autosize();
   updateComposer();
   scrollToBottom();
