@@ -21,6 +21,8 @@ import { wireTheme } from "./modules/theme.js";
  * message's reply.start would. */
 function chatStarted(session) {
   state.sessionId = session.id;
+  // The chat is about the file now: the generic suggestions no longer fit it.
+  $("suggestions").hidden = true;
   history.replaceState(null, "", urlFor("conversation", session.id));
   setTitle(session.title);
   upsertSession({ id: session.id, title: session.title, updated_at: session.updated_at });

@@ -195,6 +195,9 @@ def test_citation_markers_open_their_passage(browsing: Browsing) -> None:
     cite = reply.locator(".md button.cite")
     assert cite.count() == 1  # [7] was not given: it stays text
     assert cite.inner_text() == "1"
+    # A target a finger can hit (issue #31), not the digit alone.
+    box = cite.bounding_box()
+    assert box is not None and box["width"] >= 24 and box["height"] >= 24, box
     assert cite.get_attribute("aria-label") == f"Source 1: {HANDBOOK}, Travel"
     assert reply.locator(".md").inner_text().strip() == text  # the text reads as written
     assert reply.locator(".source.cited").count() == 1
@@ -331,6 +334,7 @@ def test_an_employee_attaches_files_and_asks_about_them(browsing: Browsing) -> N
     b, page = browsing, browsing.page
     b.login("bob")
     assert page.locator("#attach-btn").is_visible()
+    assert page.locator("#suggestions .suggestion").first.is_visible()
     page.set_input_files(
         "#attach-input",
         files=[
@@ -341,6 +345,8 @@ def test_an_employee_attaches_files_and_asks_about_them(browsing: Browsing) -> N
     page.wait_for_url(re.compile(r".*/c/[0-9a-f-]{36}/$"))
     session_id = page.url.rstrip("/").rsplit("/", 1)[-1]
     assert page.locator("#conv-title").inner_text() == "falcon budget"
+    # The chat is about the file: the generic suggestions are gone (issue #31).
+    assert page.locator("#suggestions").is_hidden()
     assert page.locator(f'.session-item[data-session-id="{session_id}"]').count() == 1
     wait_ready(b, "falcon-budget.md")
     page.screenshot(path=str(ARTIFACTS / "attachments-ready.png"))
