@@ -197,7 +197,9 @@ def test_citation_markers_open_their_passage(browsing: Browsing) -> None:
     assert cite.inner_text() == "1"
     # A target a finger can hit (issue #31), not the digit alone.
     box = cite.bounding_box()
-    assert box is not None and box["width"] >= 24 and box["height"] >= 24, box
+    assert box is not None
+    assert box["width"] >= 24, box
+    assert box["height"] >= 24, box
     assert cite.get_attribute("aria-label") == f"Source 1: {HANDBOOK}, Travel"
     assert reply.locator(".md").inner_text().strip() == text  # the text reads as written
     assert reply.locator(".source.cited").count() == 1
