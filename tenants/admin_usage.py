@@ -189,6 +189,7 @@ def _chart_data(report: UsageReport) -> dict[str, Any]:
         "completion_tokens": [row["completion_tokens"] for row in report.days],
         "ttft_p50": [row["ttft_p50"] for row in report.days],
         "ttft_p95": [row["ttft_p95"] for row in report.days],
+        "ttft_p99": [row["ttft_p99"] for row in report.days],
         "hours": [row["hour"].strftime("%a %H:00") for row in report.hourly],
         "hourly_requests": [row["requests"] for row in report.hourly],
         "hourly_rejected": [row["rejected"] for row in report.hourly],
