@@ -21,7 +21,14 @@ from django.utils.http import urlencode
 
 from tenants.admin_scope import admin_tenants
 from tenants.models import ApiKey, Tenant
-from tenants.usage import UsageReport, UsageScope, usage_days_csv, usage_report, usage_tokens_since
+from tenants.usage import (
+    UsageReport,
+    UsageScope,
+    day_rows,
+    usage_days_csv,
+    usage_report,
+    usage_tokens_since,
+)
 
 RANGES = (7, 30, 90)
 DEFAULT_DAYS = 30
@@ -81,6 +88,7 @@ def usage_page(
         "title": f"Usage: {tenant}" if tenant is not None else "Usage: all tenants",
         "tenant": tenant,
         "report": report,
+        "day_rows": day_rows(report.days),
         "names": names,
         "drill": drill,
         "ranges": RANGES,

@@ -278,6 +278,31 @@ def summary(numbers: Numbers) -> dict[str, Any]:
     }
 
 
+def day_rows(days: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-day table, newest first, with each run of two or more days without any use
+    collapsed into one row (`empty`, `first`, `last`, `count`): 30 days of a new tenant were
+    29 rows of zeros around the one that mattered (issue #31)."""
+    rows: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []  # quiet days, newest first
+
+    def close_run() -> None:
+        if len(run) >= 2:
+            first, last = run[-1]["day"], run[0]["day"]
+            rows.append({"empty": True, "first": first, "last": last, "count": len(run)})
+        else:
+            rows.extend(run)
+        run.clear()
+
+    for row in reversed(days):
+        if any(row[name] for name in COUNT_FIELDS):
+            close_run()
+            rows.append(row)
+        else:
+            run.append(row)
+    close_run()
+    return rows
+
+
 @dataclass
 class UsageReport:
     scope: UsageScope

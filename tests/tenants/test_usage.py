@@ -222,6 +222,29 @@ def test_first_word_waits_past_20_s_are_shown_as_they_were_with_p99(admin_client
     assert rows[-2].endswith(f",{p99},34200")  # yesterday's row (today's is last)
 
 
+def test_the_30_day_table_collapses_the_days_without_use(admin_client, tenant):
+    # Issue #31: 29 rows of zeros around the one day that had any use.
+    UsageRecord.objects.create(tenant=tenant, prompt_tokens=10, created_at=local_noon(3))
+    response = admin_client.get(reverse("admin:tenants_tenant_usage", args=[tenant.pk]))
+    rows = response.context["day_rows"]
+    assert [r.get("empty", False) for r in rows] == [True, False, True]
+    assert rows[0]["count"] == 3  # today and the two days before the used one
+    assert rows[1]["day"] == timezone.localdate() - timedelta(days=3)
+    assert rows[1]["prompt_tokens"] == 10
+    assert rows[0]["count"] + 1 + rows[2]["count"] == len(response.context["report"].days)
+    table = response.content.decode().split('id="usage-days"')[1].split("</table>")[0]
+    assert table.count("<tr") == 4  # the header and three rows
+    assert f"No use these {rows[2]['count']} days" in table
+
+
+def test_a_single_quiet_day_between_used_ones_keeps_its_own_row():
+    days = [
+        {"day": date(2026, 1, d), **dict.fromkeys(usage.COUNT_FIELDS, 0), "requests": r}
+        for d, r in ((1, 1), (2, 0), (3, 1))
+    ]
+    assert [r["day"].day for r in usage.day_rows(days)] == [3, 2, 1]
+
+
 def test_drilling_down_to_a_user_or_a_key_counts_only_theirs(tenant, people):
     users, keys = people
     records = make_records(tenant, users, keys, days=3, per_day=30)
