@@ -30,6 +30,7 @@ from chat import services as chat
 from chat.models import ChatSession, Message
 from knowledge.access import reader_for_user
 from knowledge.models import Document
+from knowledge.turns import NONE_FOUND
 from sharing.models import SharedConversation
 from tenants.models import Tenant
 from tenants.services import membership_for
@@ -76,6 +77,25 @@ def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
     return kept
 
 
+# Said under a reply whose question the documents had nothing on, as the chat says it.
+NOT_FROM_DOCUMENTS = "Not from the company’s documents: they had nothing on this question."
+
+
+def with_notes(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each reply marked `not_from_documents` when its question found nothing in the
+    documents (the question's `grounding`, kept in every snapshot): the chat shows the note
+    under such a reply, and a snapshot or an export dropped it (issue #31)."""
+    out = []
+    question_grounding = ""
+    for message in messages:
+        if message.get("role") == Message.Role.USER:
+            question_grounding = message.get("grounding") or ""
+            out.append(message)
+        else:
+            out.append({**message, "not_from_documents": question_grounding == NONE_FOUND})
+    return out
+
+
 def _document_key(document_id: object) -> uuid.UUID | None:
     if not isinstance(document_id, str) or not document_id.startswith("doc-"):
         return None
@@ -117,7 +137,7 @@ def messages_for_viewer(*, share: SharedConversation, user: User) -> list[dict[s
         if tainted and message.get("role") == Message.Role.ASSISTANT:
             shown.update(content="", withheld=True, sources=[])
         out.append(shown)
-    return out
+    return with_notes(out)
 
 
 def _shared_document(document_id: object) -> bool:
@@ -203,9 +223,11 @@ def conversation_markdown(*, session: ChatSession) -> str:
         f"{timezone.localtime():%Y-%m-%d %H:%M %Z}.",
         "",
     ]
-    for m in _snapshot(session):
+    for m in with_notes(_snapshot(session)):
         speaker = "You" if m["role"] == Message.Role.USER else "qassist"
         lines += [f"## {speaker}", "", m["content"].strip(), ""]
+        if m.get("not_from_documents"):
+            lines += [f"*{NOT_FROM_DOCUMENTS}*", ""]
         if m["sources"]:
             lines.append("Sources:")
             for s in m["sources"]:

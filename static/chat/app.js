@@ -32,7 +32,18 @@ function chatStarted(session) {
   updateConversationTools();
 }
 
+/** The print view's date: now, as the reader's clock says it (YYYY-MM-DD HH:MM). */
+function stampPrintDate() {
+  const now = new Date();
+  const pad = (n) => String(n).padStart(2, "0");
+  const text = now.getFullYear() + "-" + pad(now.getMonth() + 1) + "-" + pad(now.getDate()) + " " + pad(now.getHours()) + ":" + pad(now.getMinutes());
+  $("print-date").textContent = text;
+  $("print-date").setAttribute("datetime", now.toISOString());
+}
+
 function wire() {
+  stampPrintDate();
+  window.addEventListener("beforeprint", stampPrintDate);
   wireComposer();
   wireSidebar();
   wireAttachments(chatStarted);

@@ -115,9 +115,17 @@ def test_a_conversation_exports_as_markdown_and_prints_cleanly(browsing: Browsin
     for hidden in ("#sidebar", "#composer", ".topbar-actions", ".msg-actions"):
         assert page.locator(hidden).first.is_hidden(), hidden
     assert page.locator("#messages .msg-assistant .code-block").is_visible()
+    # A header: the title, the workspace and the date (issue #31).
+    assert page.locator("#conv-title").inner_text() == "Release checklist"
+    meta = page.locator("#print-meta")
+    assert meta.is_visible()
+    assert re.fullmatch(
+        r"qassist · Workspace: \S.* · Printed \d{4}-\d\d-\d\d \d\d:\d\d", meta.inner_text()
+    ), meta.inner_text()
     shot(b, "export_print")
     page.pdf(path=str(ARTIFACTS / "export_print.pdf"))  # what "Save as PDF" makes of it
     page.emulate_media(media="screen")
+    assert page.locator("#print-meta").is_hidden()
 
 
 def test_a_share_link_opens_for_a_colleague_not_for_another_tenant_and_not_once_revoked(

@@ -171,3 +171,24 @@ def test_a_member_of_two_tenants_reads_a_snapshot_whichever_they_work_in(
     client = logged_in(owner)
     client.post(reverse("chat:tenant_switch"), {"tenant": other_tenant.slug})
     assert client.get(url).status_code == 200
+
+
+def test_the_snapshot_and_the_export_keep_the_note_of_a_question_the_documents_missed(
+    member, owner, tenant
+):
+    # Issue #31: the chat says "Not from the company's documents" under such a reply; the
+    # snapshot and the Markdown export dropped it.
+    session = conversation(member, tenant, ("Name a colour.", "Blue."), ("And another?", "Red."))
+    first_question = session.messages.filter(role="user").order_by("created_at", "id").first()
+    first_question.grounding = "none_found"
+    first_question.save(update_fields=["grounding"])
+
+    text = logged_in(member).get(reverse("sharing:export", args=[session.id])).content.decode()
+    note = "*Not from the company’s documents: they had nothing on this question.*"
+    assert text.count(note) == 1
+    assert text.index("Blue.") < text.index(note) < text.index("And another?")
+
+    url = share(logged_in(member), session).json()["share"]["url"]
+    page = logged_in(owner).get(url).content.decode()
+    assert page.count('<p class="msg-note" role="note">Not from the company’s documents') == 1
+    assert page.index("Blue.") < page.index('class="msg-note"') < page.index("Red.")
