@@ -210,6 +210,45 @@ def share_for_viewer(*, user: User, share_id: uuid.UUID) -> SharedConversation:
     return share
 
 
+@transaction.atomic
+def share_continue(*, user: User, share_id: uuid.UUID) -> ChatSession:
+    """ "Continue in my chats": a copy of the snapshot, as `user` may read it, in their own
+    history in the snapshot's tenant, ready for their next question (issue #31: a shared
+    snapshot was a dead end). The text is copied, not the passages: the next question finds
+    its own, with the reader's access to documents. The copy ends before the first reply
+    withheld from them (it, and every later reply, rests on a passage they may not read),
+    and always with a reply: a question left without its answer is not copied."""
+    share = share_for_viewer(user=user, share_id=share_id)
+    shown = messages_for_viewer(share=share, user=user)
+    kept: list[dict[str, Any]] = []
+    for message in shown:
+        if message.get("withheld"):
+            break
+        kept.append(message)
+    while kept and kept[-1].get("role") != Message.Role.ASSISTANT:
+        kept.pop()
+    if not kept:
+        raise chat.ChatError(
+            "nothing_to_continue", "There is nothing in this snapshot to continue."
+        )
+    session = chat.session_create(user=user, tenant=share.tenant, title=share.title)
+    parent: Message | None = None
+    for message in kept:
+        question = message.get("role") == Message.Role.USER
+        parent = Message.objects.create(
+            session=session,
+            parent=parent,
+            role=Message.Role.USER if question else Message.Role.ASSISTANT,
+            content=message.get("content") or "",
+            status=Message.Status.COMPLETE,
+            finish_reason="" if question else "stop",
+            grounding=(message.get("grounding") or "") if question else "",
+        )
+    session.branch_tip = parent
+    session.save(update_fields=["branch_tip"])
+    return session
+
+
 # --- Markdown export --------------------------------------------------------------------------
 
 

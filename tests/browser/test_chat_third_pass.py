@@ -155,6 +155,15 @@ def test_a_share_link_opens_for_a_colleague_not_for_another_tenant_and_not_once_
     assert page.locator("#composer").count() == 0
     assert_accessible(b)
     shot(b, "share_opened_by_colleague")
+    # Continued in bob's own chats (issue #31): a copy he can ask on from.
+    page.click("#continue-btn")
+    page.wait_for_url(re.compile(r".*/c/[0-9a-f-]{36}/$"))
+    assert page.locator("#conv-title").inner_text() == "Release checklist"
+    assert page.locator("#messages .msg-user .bubble").first.inner_text() == (
+        "What goes in a release checklist?"
+    )
+    assert page.locator("#composer").is_visible()
+    assert page.locator("#archived-bar").count() == 0
 
     b.login("erin")  # Northwind's: another tenant
     response = page.goto(url)
