@@ -40,9 +40,9 @@ MAX_SHARES_PER_CONVERSATION = 20
 
 def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
     """The branch shown, as the snapshot keeps it: finished messages only, each reply with the
-    names of its sources and the sentences it quoted from the tenant's documents (never from a
-    file attached to the conversation, which a colleague may not read), its support check's
-    verdict and the claims it warned about."""
+    names of its sources, their passages and the sentences it quoted from the tenant's
+    documents (never from a file attached to the conversation, which a colleague may not
+    read), its support check's verdict and the claims it warned about."""
     kept = []
     branch = chat.branch_data(session=session)
     audiences = _audiences([s.get("document_id") for m in branch for s in m.get("sources") or []])
@@ -68,6 +68,11 @@ def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
                         if _shared_document(s.get("document_id"))
                         else [],
                         "document_id": s.get("document_id"),
+                        # Opened from the snapshot through the reader's own access (the
+                        # passage endpoint's rule); an attachment's passage never.
+                        "passage_id": s.get("passage_id")
+                        if _shared_document(s.get("document_id"))
+                        else None,
                         "audience": audiences.get(str(s.get("document_id")), ""),
                     }
                     for s in m.get("sources") or []

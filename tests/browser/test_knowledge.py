@@ -114,6 +114,26 @@ def test_an_employee_asks_the_handbook_and_opens_the_cited_source(browsing: Brow
     assert last.locator(".sources").is_hidden()
     page.screenshot(path=str(ARTIFACTS / "knowledge-not-from-the-documents.png"))
 
+    # Shared (issue #31): the snapshot keeps the note, and its sources open.
+    page.click("#share-btn")
+    page.wait_for_selector("#share-dialog[open]")
+    page.click("#share-create")
+    link = page.locator("#share-list .share-url").first
+    link.wait_for()
+    page.goto(link.inner_text())
+    notes = page.locator("#shared-messages .msg-note")
+    assert notes.all_inner_texts() == [
+        "Not from the company’s documents: they had nothing on this question."
+    ]
+    shared_travel = page.locator("#shared-messages .shared-source", has_text="Travel")
+    shared_travel.get_by_role("button", name=re.compile("Open source")).click()
+    page.locator("#passage-dialog #passage-text", has_text="EUR 180 in Paris").wait_for()
+    assert page.locator("#passage-title").inner_text() == HANDBOOK
+    page.screenshot(path=str(ARTIFACTS / "knowledge-shared-passage.png"))
+    assert_accessible(b)
+    page.keyboard.press("Escape")
+    assert page.locator("#passage-dialog").is_hidden()
+
 
 def _message(id_: int, role: str, content: str = "", **fields: object) -> dict[str, object]:
     return {
