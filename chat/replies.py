@@ -29,6 +29,7 @@ import collections
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,7 +45,7 @@ from chat.keepalive import keep_reply_alive
 from chat.models import Message
 from chat.services import Turn
 from inference.service import get_engine_client
-from inference.types import Delta, Done, Failed, Queued
+from inference.types import Delta, Done, Event, Failed, FinishReason, Queued
 from knowledge.turns import mark_cited
 from tenants.models import Tenant
 from tenants.services import Principal, principal_is_member
@@ -137,6 +138,8 @@ class ReplyRun:
     streaming: bool = False  # from the engine's first event to the end
     stop_requested: bool = False  # a stop that came before the engine had the request
     cancel_sent: bool = False
+    # Set by Stop: a reply without a word yet is cut at once (`_until_stopped`).
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
     # reply.done was published: the reply is over for its sockets, whatever after-work (the
     # conversation's title) the task still does. A follow-up may be sent from then on.
     finished: bool = False
@@ -221,7 +224,7 @@ class ReplyRun:
                     question_message_id=self.turn.user_message.id,
                     cite=bool(self.turn.sources),
                 )
-                async for event in events:
+                async for event in self._until_stopped(events, ticket.submission.request_id):
                     self.streaming = True  # the engine has the request: a cancel reaches it
                     if self.stop_requested and not self.cancel_sent:
                         self.cancel_sent = True
@@ -298,6 +301,44 @@ class ReplyRun:
                     )
                 )
         return message
+
+    async def _until_stopped(
+        self, events: AsyncIterator[Event | Checked], request_id: str
+    ) -> AsyncIterator[Event | Checked]:
+        """`events`, cut at once by a Stop that comes before the reply's first word (issue
+        #31: Esc while "Waiting in line" took effect only when the reply began, or not at
+        all). Waiting for the engine to answer the cancel is waiting for its next step, or
+        for its first event about a request it has not even fetched; instead the wait for the
+        next event is cancelled, which closes the engine's stream: that takes the request out
+        of the queue wherever it is (not yet submitted, the shared Redis queue, the engine's
+        own, where the worker drops it before its next step), and the run ends now as the
+        user's Stop, with nothing generated. Once words flow, Stop goes through the engine as
+        before (it ends within a step, reporting the tokens used)."""
+        iterator = aiter(events)
+        stop = asyncio.ensure_future(self.stopped.wait())
+        following: asyncio.Future[Event | Checked | None] | None = None
+        try:
+            while True:
+                if self.chars:
+                    event = await anext(iterator, None)
+                else:
+                    following = asyncio.ensure_future(anext(iterator, None))
+                    await asyncio.wait({following, stop}, return_when=asyncio.FIRST_COMPLETED)
+                    if not following.done():
+                        following.cancel()
+                        await asyncio.wait({following})  # its clean-up cancels the request
+                        yield Done(request_id, FinishReason.CANCELLED.value, 0, 0)
+                        return
+                    event = following.result()
+                if event is None:
+                    return
+                yield event
+        finally:
+            stop.cancel()
+            if following is not None and not following.done():
+                # This task was cancelled while it waited: so is the wait for the engine.
+                following.cancel()
+                await asyncio.wait({following})
 
     def _delta(self, text: str) -> None:
         offset = self.chars
@@ -404,6 +445,7 @@ class ReplyRun:
         if cut and not self.cut:
             self.cut = cut
         self.stop_requested = True
+        self.stopped.set()
         if self.streaming and not self.cancel_sent:
             self.cancel_sent = True
             task = asyncio.create_task(

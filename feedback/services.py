@@ -264,10 +264,23 @@ class ReportRow:
     reply_id: int | None = None  # best-rated answers: the reply to make a cached reply of
     cached_reply: CachedReply | None = None  # already made from this question
     hidden: str = ""  # why the text is not shown
+    # Shown without any text (issue #31): the passages the down-voted replies cited, by
+    # document and section ("Handbook › Travel"), and how many of them the support check
+    # warned about or that declined (the documents had nothing on the question).
+    cited: dict[str, int] = field(default_factory=dict)
+    warned: int = 0
+    declined: int = 0
     _latest: Message | None = field(default=None, repr=False)
     _first_only: bool = field(default=True, repr=False)
     _best_score: int = field(default=-(10**9), repr=False)
     _attached: bool = field(default=False, repr=False)
+
+    @property
+    def cited_text(self) -> str:
+        return ", ".join(
+            f"{name} ({n})" if n > 1 else name
+            for name, n in sorted(self.cited.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
 
     @property
     def reason_text(self) -> str:
@@ -370,7 +383,8 @@ def feedback_report(
             key=lambda r: (-r._best_score, -r.up, -(r.last_at or _EPOCH).timestamp()),
         )[:REPORT_ROWS],
         unanswered=sorted(
-            unanswered.values(), key=lambda r: (-r.asked, -(r.last_at or _EPOCH).timestamp())
+            unanswered.values(),
+            key=lambda r: (-(r.asked + r.warned), -(r.last_at or _EPOCH).timestamp()),
         )[:REPORT_ROWS],
         min_count=int(settings.QASSIST_CANDIDATE_MIN_COUNT),
     )
@@ -402,12 +416,18 @@ def _rated(tenants: QuerySet[Tenant] | None) -> tuple[dict[Any, ReportRow], dict
     rows = rows.filter(message__parent__isnull=False).order_by("-updated_at")[:REPORT_SCAN]
     worst: dict[Any, ReportRow] = {}
     per_reply: dict[int, list[Feedback]] = {}
-    for fb in rows:
+    scanned = list(rows)
+    passages = _passages_of(
+        {fb.message.parent_id for fb in scanned if fb.rating == Feedback.Rating.DOWN}
+    )
+    for fb in scanned:
         question = fb.message.parent
         assert question is not None
         key = normalize_question(question.content)
         row = worst.setdefault((fb.tenant_id, key), ReportRow(fb.tenant, key))
         _count(row, fb)
+        if fb.rating == Feedback.Rating.DOWN:
+            _what_it_rested_on(row, fb.message, question, passages.get(question.pk, []))
         if row._latest is None or question.id > row._latest.id:
             row._latest = question
         follow_up = _follow_up(question, fb.message.session, fb.earlier)
@@ -433,6 +453,37 @@ def _rated(tenants: QuerySet[Tenant] | None) -> tuple[dict[Any, ReportRow], dict
     return worst, best
 
 
+# The support check's verdicts the chat shows a warning for (static/chat/modules/messages.js).
+WARNED_VERDICTS = ("unsupported", "not_found")
+
+
+def _passages_of(question_ids: set[int | None]) -> dict[int, list[Any]]:
+    """The passages each question was given (knowledge.Passage), in one query."""
+    from knowledge.models import Passage
+
+    found: dict[int, list[Any]] = {}
+    ids = {i for i in question_ids if i is not None}
+    for passage in Passage.objects.filter(message_id__in=ids).order_by("number"):
+        found.setdefault(passage.message_id, []).append(passage)
+    return found
+
+
+def _what_it_rested_on(row: ReportRow, reply: Message, question: Message, given: list[Any]) -> None:
+    """Count, for a down-voted reply, the passages it cited (by document and section: no
+    text), and whether it was warned about or declined."""
+    from knowledge.turns import NONE_FOUND, sources_of
+
+    evidence = reply.evidence or {}
+    for source in sources_of(given, reply_text=reply.content, evidence=evidence):
+        if source["cited"] or source["quotes"]:
+            name = str(source["title"]) + (f" › {source['where']}" if source["where"] else "")
+            row.cited[name] = row.cited.get(name, 0) + 1
+    if evidence.get("verdict") in WARNED_VERDICTS:
+        row.warned += 1
+    if question.grounding == NONE_FOUND or evidence.get("verdict") == "replaced":
+        row.declined += 1
+
+
 def _count(row: ReportRow, fb: Feedback) -> None:
     if fb.rating == Feedback.Rating.UP:
         row.up += 1
@@ -451,17 +502,38 @@ def _unanswered(tenants: QuerySet[Tenant] | None) -> dict[Any, ReportRow]:
         .filter(role=Message.Role.USER, grounding="none_found")
         .annotate(earlier=_earlier("session_id", "id"))
     )
+    # Also the questions whose answer the product warned about (issue #31): the documents
+    # did not hold what the reply stated. Counted per question; texts follow the same rules.
+    warned = (
+        Message.objects.select_related("session__tenant")
+        .filter(
+            role=Message.Role.USER,
+            children__role=Message.Role.ASSISTANT,
+            children__evidence__verdict__in=WARNED_VERDICTS,
+        )
+        .exclude(grounding="none_found")
+        .annotate(earlier=_earlier("session_id", "id"))
+        .distinct()
+    )
     if tenants is not None:
         questions = questions.filter(session__tenant__in=tenants)
+        warned = warned.filter(session__tenant__in=tenants)
     rows: dict[Any, ReportRow] = {}
-    for question in questions.order_by("-id")[:REPORT_SCAN]:
+    seen: list[tuple[Any, bool]] = [
+        *((q, False) for q in questions.order_by("-id")[:REPORT_SCAN]),
+        *((q, True) for q in warned.order_by("-id")[:REPORT_SCAN]),
+    ]
+    for question, was_warned in seen:
         key = normalize_question(question.content)
         tenant = question.session.tenant
         row = rows.setdefault((tenant.pk, key), ReportRow(tenant, key))
-        row.asked += 1
+        if was_warned:
+            row.warned += 1
+        else:
+            row.asked += 1
         if row.last_at is None or question.created_at > row.last_at:
             row.last_at = question.created_at
-        if row._latest is None:
+        if row._latest is None or question.id > row._latest.id:
             row._latest = question
         earlier = question.earlier
         row._first_only = row._first_only and not _follow_up(question, question.session, earlier)

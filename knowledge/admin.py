@@ -17,6 +17,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.options import IS_POPUP_VAR
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.files.uploadedfile import UploadedFile
@@ -534,6 +535,14 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
     ) -> HttpResponse:
         self._document_or_404(request, object_id)
         return super().delete_view(request, object_id, extra_context)
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> HttpResponse:
+        """Back to the documents list (Django sends whoever lacks the model-wide change
+        permission, every tenant admin, to the admin home instead)."""
+        response = super().response_delete(request, obj_display, obj_id)
+        if IS_POPUP_VAR in request.POST:
+            return response
+        return HttpResponseRedirect(reverse("admin:knowledge_document_changelist"))
 
     def history_view(
         self, request: HttpRequest, object_id: str, extra_context: Any = None

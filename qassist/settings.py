@@ -169,6 +169,8 @@ LOGIN_REDIRECT_URL = "chat:index"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
+# ISO 8601 dates and a 24-hour clock in the admin and the pages (qassist/formats/en).
+FORMAT_MODULE_PATH = ["qassist.formats"]
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True

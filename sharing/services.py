@@ -30,6 +30,7 @@ from chat import services as chat
 from chat.models import ChatSession, Message
 from knowledge.access import reader_for_user
 from knowledge.models import Document
+from knowledge.turns import NONE_FOUND
 from sharing.models import SharedConversation
 from tenants.models import Tenant
 from tenants.services import membership_for
@@ -39,9 +40,9 @@ MAX_SHARES_PER_CONVERSATION = 20
 
 def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
     """The branch shown, as the snapshot keeps it: finished messages only, each reply with the
-    names of its sources and the sentences it quoted from the tenant's documents (never from a
-    file attached to the conversation, which a colleague may not read), its support check's
-    verdict and the claims it warned about."""
+    names of its sources, their passages and the sentences it quoted from the tenant's
+    documents (never from a file attached to the conversation, which a colleague may not
+    read), its support check's verdict and the claims it warned about."""
     kept = []
     branch = chat.branch_data(session=session)
     audiences = _audiences([s.get("document_id") for m in branch for s in m.get("sources") or []])
@@ -67,6 +68,11 @@ def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
                         if _shared_document(s.get("document_id"))
                         else [],
                         "document_id": s.get("document_id"),
+                        # Opened from the snapshot through the reader's own access (the
+                        # passage endpoint's rule); an attachment's passage never.
+                        "passage_id": s.get("passage_id")
+                        if _shared_document(s.get("document_id"))
+                        else None,
                         "audience": audiences.get(str(s.get("document_id")), ""),
                     }
                     for s in m.get("sources") or []
@@ -74,6 +80,25 @@ def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
             }
         )
     return kept
+
+
+# Said under a reply whose question the documents had nothing on, as the chat says it.
+NOT_FROM_DOCUMENTS = "Not from the company’s documents: they had nothing on this question."
+
+
+def with_notes(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each reply marked `not_from_documents` when its question found nothing in the
+    documents (the question's `grounding`, kept in every snapshot): the chat shows the note
+    under such a reply, and a snapshot or an export dropped it (issue #31)."""
+    out = []
+    question_grounding = ""
+    for message in messages:
+        if message.get("role") == Message.Role.USER:
+            question_grounding = message.get("grounding") or ""
+            out.append(message)
+        else:
+            out.append({**message, "not_from_documents": question_grounding == NONE_FOUND})
+    return out
 
 
 def _document_key(document_id: object) -> uuid.UUID | None:
@@ -117,7 +142,7 @@ def messages_for_viewer(*, share: SharedConversation, user: User) -> list[dict[s
         if tainted and message.get("role") == Message.Role.ASSISTANT:
             shown.update(content="", withheld=True, sources=[])
         out.append(shown)
-    return out
+    return with_notes(out)
 
 
 def _shared_document(document_id: object) -> bool:
@@ -190,6 +215,45 @@ def share_for_viewer(*, user: User, share_id: uuid.UUID) -> SharedConversation:
     return share
 
 
+@transaction.atomic
+def share_continue(*, user: User, share_id: uuid.UUID) -> ChatSession:
+    """ "Continue in my chats": a copy of the snapshot, as `user` may read it, in their own
+    history in the snapshot's tenant, ready for their next question (issue #31: a shared
+    snapshot was a dead end). The text is copied, not the passages: the next question finds
+    its own, with the reader's access to documents. The copy ends before the first reply
+    withheld from them (it, and every later reply, rests on a passage they may not read),
+    and always with a reply: a question left without its answer is not copied."""
+    share = share_for_viewer(user=user, share_id=share_id)
+    shown = messages_for_viewer(share=share, user=user)
+    kept: list[dict[str, Any]] = []
+    for message in shown:
+        if message.get("withheld"):
+            break
+        kept.append(message)
+    while kept and kept[-1].get("role") != Message.Role.ASSISTANT:
+        kept.pop()
+    if not kept:
+        raise chat.ChatError(
+            "nothing_to_continue", "There is nothing in this snapshot to continue."
+        )
+    session = chat.session_create(user=user, tenant=share.tenant, title=share.title)
+    parent: Message | None = None
+    for message in kept:
+        question = message.get("role") == Message.Role.USER
+        parent = Message.objects.create(
+            session=session,
+            parent=parent,
+            role=Message.Role.USER if question else Message.Role.ASSISTANT,
+            content=message.get("content") or "",
+            status=Message.Status.COMPLETE,
+            finish_reason="" if question else "stop",
+            grounding=(message.get("grounding") or "") if question else "",
+        )
+    session.branch_tip = parent
+    session.save(update_fields=["branch_tip"])
+    return session
+
+
 # --- Markdown export --------------------------------------------------------------------------
 
 
@@ -203,9 +267,11 @@ def conversation_markdown(*, session: ChatSession) -> str:
         f"{timezone.localtime():%Y-%m-%d %H:%M %Z}.",
         "",
     ]
-    for m in _snapshot(session):
+    for m in with_notes(_snapshot(session)):
         speaker = "You" if m["role"] == Message.Role.USER else "qassist"
         lines += [f"## {speaker}", "", m["content"].strip(), ""]
+        if m.get("not_from_documents"):
+            lines += [f"*{NOT_FROM_DOCUMENTS}*", ""]
         if m["sources"]:
             lines.append("Sources:")
             for s in m["sources"]:

@@ -9,4 +9,5 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/shares", views.share_list, name="share_list"),
     path("shares/<uuid:share_id>/revoke", views.share_revoke, name="share_revoke"),
     path("s/<uuid:share_id>/", views.shared, name="shared"),
+    path("s/<uuid:share_id>/continue", views.share_continue, name="share_continue"),
 ]

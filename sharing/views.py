@@ -5,6 +5,7 @@
     GET  /sessions/<id>/shares        the conversation's links that still open: {shares}
     POST /shares/<id>/revoke          close a link: {share}
     GET  /s/<id>/                     the snapshot, for an active member of its tenant
+    POST /s/<id>/continue             a copy in the reader's own chats: a redirect to it
 
 Someone else's conversation, another tenant's snapshot or a revoked link is a 404.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
@@ -94,3 +95,14 @@ def shared(request: HttpRequest, share_id: uuid.UUID) -> HttpResponse:
     share = services.share_for_viewer(user=user, share_id=share_id)
     messages = services.messages_for_viewer(share=share, user=user)
     return render(request, "sharing/shared.html", {"share": share, "messages": messages})
+
+
+@login_required
+@require_POST
+def share_continue(request: HttpRequest, share_id: uuid.UUID) -> HttpResponse:
+    """Continue a snapshot in one's own chats: the copy opens, ready for the next question."""
+    try:
+        session = services.share_continue(user=_user(request), share_id=share_id)
+    except chat.ChatError as error:
+        return HttpResponse(error.message, status=400, content_type="text/plain; charset=utf-8")
+    return redirect("chat:conversation", session_id=session.id)

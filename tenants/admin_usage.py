@@ -21,7 +21,14 @@ from django.utils.http import urlencode
 
 from tenants.admin_scope import admin_tenants
 from tenants.models import ApiKey, Tenant
-from tenants.usage import UsageReport, UsageScope, usage_days_csv, usage_report, usage_tokens_since
+from tenants.usage import (
+    UsageReport,
+    UsageScope,
+    day_rows,
+    usage_days_csv,
+    usage_report,
+    usage_tokens_since,
+)
 
 RANGES = (7, 30, 90)
 DEFAULT_DAYS = 30
@@ -81,6 +88,7 @@ def usage_page(
         "title": f"Usage: {tenant}" if tenant is not None else "Usage: all tenants",
         "tenant": tenant,
         "report": report,
+        "day_rows": day_rows(report.days),
         "names": names,
         "drill": drill,
         "ranges": RANGES,
@@ -189,6 +197,7 @@ def _chart_data(report: UsageReport) -> dict[str, Any]:
         "completion_tokens": [row["completion_tokens"] for row in report.days],
         "ttft_p50": [row["ttft_p50"] for row in report.days],
         "ttft_p95": [row["ttft_p95"] for row in report.days],
+        "ttft_p99": [row["ttft_p99"] for row in report.days],
         "hours": [row["hour"].strftime("%a %H:00") for row in report.hourly],
         "hourly_requests": [row["requests"] for row in report.hourly],
         "hourly_rejected": [row["rejected"] for row in report.hourly],

@@ -299,6 +299,10 @@ class UsageDaily(models.Model):
     ttft_b11 = models.PositiveIntegerField(default=0)
     ttft_b12 = models.PositiveIntegerField(default=0)
     ttft_b13 = models.PositiveIntegerField(default=0)
+    # The longest TTFT of the row: the open last bucket's upper end, so a percentile that falls
+    # in it is read up to a real wait instead of stopping at 20 s (issue #31). 0: none, or a
+    # row rolled up before this was kept.
+    ttft_max_ms = models.PositiveIntegerField(default=0)
 
     class Meta:
         verbose_name = "daily usage"

@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import CharField, Count, Q, QuerySet, Sum
+from django.db.models import CharField, Count, Max, Q, QuerySet, Sum
 from django.db.models.functions import Cast, Substr, TruncHour
 from django.utils import timezone
 
@@ -43,7 +43,9 @@ COUNT_FIELDS = [
     "completion_tokens",
     "ttft_count",
 ]
-NUMBER_FIELDS = COUNT_FIELDS + BUCKET_FIELDS
+# Summed like the counts, except MAX_FIELDS, which are merged by their maximum.
+MAX_FIELDS = ["ttft_max_ms"]
+NUMBER_FIELDS = COUNT_FIELDS + BUCKET_FIELDS + MAX_FIELDS
 # UsageRecord.reason of work nobody waits on: conversation titles, batch items.
 BACKGROUND_REASONS = ("background", "batch")
 
@@ -74,11 +76,22 @@ def _record_aggregates() -> dict[str, Any]:
         aggregates[name] = Count("id", filter=Q(ttft_ms__gt=lower, ttft_ms__lte=upper))
         lower = upper
     aggregates[BUCKET_FIELDS[-1]] = Count("id", filter=Q(ttft_ms__gt=lower))
+    aggregates["ttft_max_ms"] = Max("ttft_ms", default=0)
     return aggregates
 
 
 def _daily_aggregates() -> dict[str, Any]:
-    return {name: Sum(name, default=0) for name in NUMBER_FIELDS}
+    return {
+        name: Max(name, default=0) if name in MAX_FIELDS else Sum(name, default=0)
+        for name in NUMBER_FIELDS
+    }
+
+
+def merge_into(target: Numbers, row: dict[str, Any]) -> None:
+    """Add one row's numbers to `target`: counts summed, maxima kept."""
+    for name in NUMBER_FIELDS:
+        value = row[name] or 0
+        target[name] = max(target[name], value) if name in MAX_FIELDS else target[name] + value
 
 
 def day_bounds(day: date) -> tuple[datetime, datetime]:
@@ -222,29 +235,32 @@ class _Reader:
             else self.rolled.values(*dims).annotate(**_daily_aggregates())
         )
         for row in [*rolled, *self.live()]:
-            target = merged[tuple(row[d] for d in dims)]
-            for name in NUMBER_FIELDS:
-                target[name] += row[name] or 0
+            merge_into(merged[tuple(row[d] for d in dims)], row)
         return merged
 
 
 def ttft_percentile(numbers: Numbers, q: float) -> int | None:
-    """The q-quantile of TTFT (ms), interpolated within its histogram bucket; for the open
-    last bucket, its lower bound. None without any TTFT."""
+    """The q-quantile of TTFT (ms), interpolated within its histogram bucket, up to the longest
+    wait seen: the open last bucket (above 20 s) is read up to it rather than stopping at its
+    lower bound, which showed a p95 of 20.0 s to a tenant whose member waited 34.2 s (issue
+    #31). None without any TTFT."""
     total = numbers["ttft_count"]
     if not total:
         return None
+    longest = numbers.get("ttft_max_ms", 0)
     rank = q * total
     seen = 0
     lower = 0
-    for name, upper in zip(BUCKET_FIELDS, (*TTFT_BUCKETS_MS, None), strict=True):
+    for name, bound in zip(BUCKET_FIELDS, (*TTFT_BUCKETS_MS, None), strict=True):
         count = numbers[name]
+        # A bucket ends at its bound, or (known) at the longest wait when that is below it.
+        upper = bound if not longest else min(longest, bound) if bound else longest
         if count and seen + count >= rank:
-            if upper is None:
+            if upper is None or upper <= lower:
                 return lower
             return round(lower + (upper - lower) * (rank - seen) / count)
         seen += count
-        lower = upper if upper is not None else lower
+        lower = bound if bound is not None else lower
     return lower
 
 
@@ -257,7 +273,34 @@ def summary(numbers: Numbers) -> dict[str, Any]:
         "hit_rate": numbers["cache_hits"] / requests if requests else None,
         "ttft_p50": ttft_percentile(numbers, 0.50),
         "ttft_p95": ttft_percentile(numbers, 0.95),
+        "ttft_p99": ttft_percentile(numbers, 0.99),
+        "ttft_max": numbers["ttft_max_ms"] or None,
     }
+
+
+def day_rows(days: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-day table, newest first, with each run of two or more days without any use
+    collapsed into one row (`empty`, `first`, `last`, `count`): 30 days of a new tenant were
+    29 rows of zeros around the one that mattered (issue #31)."""
+    rows: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []  # quiet days, newest first
+
+    def close_run() -> None:
+        if len(run) >= 2:
+            first, last = run[-1]["day"], run[0]["day"]
+            rows.append({"empty": True, "first": first, "last": last, "count": len(run)})
+        else:
+            rows.extend(run)
+        run.clear()
+
+    for row in reversed(days):
+        if any(row[name] for name in COUNT_FIELDS):
+            close_run()
+            rows.append(row)
+        else:
+            run.append(row)
+    close_run()
+    return rows
 
 
 @dataclass
@@ -282,8 +325,7 @@ def usage_report(*, scope: UsageScope, now: datetime | None = None) -> UsageRepo
         day += timedelta(days=1)
     totals: Numbers = _zero()
     for numbers in by_day.values():
-        for name in NUMBER_FIELDS:
-            totals[name] += numbers[name]
+        merge_into(totals, numbers)
     return UsageReport(
         scope=scope,
         days=days,
@@ -396,6 +438,8 @@ CSV_DAY_COLUMNS = [
     "cancelled",
     "ttft_p50_ms",
     "ttft_p95_ms",
+    "ttft_p99_ms",
+    "ttft_max_ms",
 ]
 
 
@@ -419,6 +463,8 @@ def usage_days_csv(*, report: UsageReport) -> str:
                 row["cancelled"],
                 "" if row["ttft_p50"] is None else row["ttft_p50"],
                 "" if row["ttft_p95"] is None else row["ttft_p95"],
+                "" if row["ttft_p99"] is None else row["ttft_p99"],
+                "" if row["ttft_max"] is None else row["ttft_max"],
             ]
         )
     return out.getvalue()

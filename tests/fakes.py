@@ -17,6 +17,7 @@ fails here. Each placement records how far its cells moved.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -167,6 +168,9 @@ class FakeRunner:
     max_seq_tokens: int = 1024
     kv_unified: bool = True
     step_delay: float = 0.0  # seconds each step "decodes", for tests that race a stop
+    # While set and closed, each step waits in "llama_decode" until it opens: an engine busy
+    # with a long step (a model under load), for tests of what happens meanwhile.
+    gate: threading.Event | None = None
     # What llama_decode "took" for (decode tokens, prompt tokens), reported without sleeping.
     step_seconds: Callable[[int, int], float] | None = None
     fail_restores: bool = False
@@ -430,6 +434,8 @@ class FakeRunner:
                 out.num_tokens,
             )
         )
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
         if self.step_delay:
             time.sleep(self.step_delay)
         self.last_decode_seconds = self.step_delay

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected
+from django.contrib.admin.options import IS_POPUP_VAR
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -115,7 +116,7 @@ class ChatSessionAdmin(ContentSearchMixin, ReadOnlyRecordAdmin[ChatSession]):
         "external_user",
         "created_at",
         "updated_at",
-        "archived",
+        "archived_state",
         "message_count",
         "tokens",
     ]
@@ -141,6 +142,14 @@ class ChatSessionAdmin(ContentSearchMixin, ReadOnlyRecordAdmin[ChatSession]):
         if obj.user is not None:
             return obj.user.get_username()
         return f"API key {obj.api_key.prefix}…" if obj.api_key is not None else "—"
+
+    @admin.display(description="archived")
+    def archived_state(self, obj: ChatSession) -> str:
+        """Said in words: the stock boolean field showed a red ✖ beside "Archived by its
+        owner…" (its help text) on a conversation that is not archived (issue #31)."""
+        if obj.archived:
+            return "Yes: archived by its owner, read-only until restored or deleted"
+        return "No"
 
     @admin.display(description="messages", ordering="n_messages")
     def message_count(self, obj: ChatSession) -> int:
@@ -186,6 +195,14 @@ class ChatSessionAdmin(ContentSearchMixin, ReadOnlyRecordAdmin[ChatSession]):
                     reverse("admin:chat_chatsession_change", args=[session.pk])
                 )
         return super().delete_view(request, object_id, extra_context)
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> HttpResponse:
+        """Back to the conversations list, not the admin home (where Django sends whoever
+        lacks the model-wide change permission: every reader of these records)."""
+        response = super().response_delete(request, obj_display, obj_id)
+        if IS_POPUP_VAR in request.POST:
+            return response
+        return HttpResponseRedirect(reverse("admin:chat_chatsession_changelist"))
 
     def delete_model(self, request: HttpRequest, obj: ChatSession) -> None:
         services.session_delete(session=obj)  # re-checks, under the row lock

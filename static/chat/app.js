@@ -11,7 +11,7 @@ import { subscribe } from "./modules/replies.js";
 import { DRAFT_KEY, scheduleMeasure } from "./modules/room.js";
 import { wireSettings } from "./modules/settings.js";
 import { updateConversationTools, wireShare } from "./modules/share.js";
-import { renderSidebar, showArchived, upsertSession, wireSidebar } from "./modules/sidebar.js";
+import { noticeArchivedOpen, renderSidebar, showArchived, upsertSession, wireSidebar } from "./modules/sidebar.js";
 import { connect } from "./modules/socket.js";
 import { wireTheme } from "./modules/theme.js";
 
@@ -21,6 +21,8 @@ import { wireTheme } from "./modules/theme.js";
  * message's reply.start would. */
 function chatStarted(session) {
   state.sessionId = session.id;
+  // The chat is about the file now: the generic suggestions no longer fit it.
+  $("suggestions").hidden = true;
   history.replaceState(null, "", urlFor("conversation", session.id));
   setTitle(session.title);
   upsertSession({ id: session.id, title: session.title, updated_at: session.updated_at });
@@ -30,7 +32,18 @@ function chatStarted(session) {
   updateConversationTools();
 }
 
+/** The print view's date: now, as the reader's clock says it (YYYY-MM-DD HH:MM). */
+function stampPrintDate() {
+  const now = new Date();
+  const pad = (n) => String(n).padStart(2, "0");
+  const text = now.getFullYear() + "-" + pad(now.getMonth() + 1) + "-" + pad(now.getDate()) + " " + pad(now.getHours()) + ":" + pad(now.getMinutes());
+  $("print-date").textContent = text;
+  $("print-date").setAttribute("datetime", now.toISOString());
+}
+
 function wire() {
+  stampPrintDate();
+  window.addEventListener("beforeprint", stampPrintDate);
   wireComposer();
   wireSidebar();
   wireAttachments(chatStarted);
@@ -86,6 +99,7 @@ function init() {
     els.input.value = draft;
     scheduleMeasure(true);
   }
+  noticeArchivedOpen();
   autosize();
   updateComposer();
   scrollToBottom();

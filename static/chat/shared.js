@@ -1,7 +1,8 @@
 /* A shared snapshot's page (templates/sharing/shared.html): each reply's Markdown, kept as
- * text by the server, rendered by the same sanitising renderer as the chat's; the theme
- * toggle. */
+ * text by the server, rendered by the same sanitising renderer as the chat's; its sources
+ * opened whole; the theme toggle. */
 
+import { wireSharedPassages } from "./modules/shared_passage.js";
 import { wireTheme } from "./modules/theme.js";
 
 const md = window.QassistMarkdown;
@@ -10,3 +11,4 @@ for (const el of document.querySelectorAll(".md-source")) {
   el.classList.remove("md-source");
 }
 wireTheme();
+wireSharedPassages();

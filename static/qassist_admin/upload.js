@@ -2,7 +2,9 @@
    anything is sent. More files than one upload may hold block the form with the reason (the
    server would refuse the whole request); a file over the size limit is named, since the server
    refuses it (the others still go in); the title, which names one document, is off while
-   several files are chosen. A static file: the Content-Security-Policy allows no inline script. */
+   several files are chosen. Files may also be dropped on the form (#upload-drop shows where);
+   they become the chosen files. A static file: the Content-Security-Policy allows no inline
+   script. */
 (function () {
   "use strict";
   var input = document.querySelector("input[type=file][data-qa-max-bytes]");
@@ -41,4 +43,39 @@
 
   input.addEventListener("change", describe);
   describe();
+
+  // Drag and drop: files dropped anywhere on the form are the files chosen.
+  var form = input.form;
+  var zone = document.getElementById("upload-drop");
+  if (!form || !zone) return;
+  zone.hidden = false;
+  var depth = 0;
+  function carriesFiles(event) {
+    var types = event.dataTransfer ? Array.prototype.slice.call(event.dataTransfer.types || []) : [];
+    return types.indexOf("Files") !== -1;
+  }
+  form.addEventListener("dragenter", function (event) {
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    depth += 1;
+    form.classList.add("upload-dragging");
+  });
+  form.addEventListener("dragover", function (event) {
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    event.dataTransfer.dropEffect = "copy";
+  });
+  form.addEventListener("dragleave", function () {
+    depth = Math.max(0, depth - 1);
+    if (!depth) form.classList.remove("upload-dragging");
+  });
+  form.addEventListener("drop", function (event) {
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    depth = 0;
+    form.classList.remove("upload-dragging");
+    input.files = event.dataTransfer.files;
+    describe();
+    input.focus();
+  });
 })();

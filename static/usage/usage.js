@@ -49,6 +49,7 @@
         datasets: [
           { label: "p50", data: data.ttft_p50, borderColor: "#417690", spanGaps: true },
           { label: "p95", data: data.ttft_p95, borderColor: "#ba2121", spanGaps: true },
+          { label: "p99", data: data.ttft_p99, borderColor: "#7a4b00", borderDash: [4, 3], spanGaps: true },
         ],
       },
       options: { scales: { y: { beginAtZero: true, title: { display: true, text: "ms" } } } },

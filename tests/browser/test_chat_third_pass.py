@@ -115,9 +115,17 @@ def test_a_conversation_exports_as_markdown_and_prints_cleanly(browsing: Browsin
     for hidden in ("#sidebar", "#composer", ".topbar-actions", ".msg-actions"):
         assert page.locator(hidden).first.is_hidden(), hidden
     assert page.locator("#messages .msg-assistant .code-block").is_visible()
+    # A header: the title, the workspace and the date (issue #31).
+    assert page.locator("#conv-title").inner_text() == "Release checklist"
+    meta = page.locator("#print-meta")
+    assert meta.is_visible()
+    assert re.fullmatch(
+        r"qassist · Workspace: \S.* · Printed \d{4}-\d\d-\d\d \d\d:\d\d", meta.inner_text()
+    ), meta.inner_text()
     shot(b, "export_print")
     page.pdf(path=str(ARTIFACTS / "export_print.pdf"))  # what "Save as PDF" makes of it
     page.emulate_media(media="screen")
+    assert page.locator("#print-meta").is_hidden()
 
 
 def test_a_share_link_opens_for_a_colleague_not_for_another_tenant_and_not_once_revoked(
@@ -147,6 +155,15 @@ def test_a_share_link_opens_for_a_colleague_not_for_another_tenant_and_not_once_
     assert page.locator("#composer").count() == 0
     assert_accessible(b)
     shot(b, "share_opened_by_colleague")
+    # Continued in bob's own chats (issue #31): a copy he can ask on from.
+    page.click("#continue-btn")
+    page.wait_for_url(re.compile(r".*/c/[0-9a-f-]{36}/$"))
+    assert page.locator("#conv-title").inner_text() == "Release checklist"
+    assert page.locator("#messages .msg-user .bubble").first.inner_text() == (
+        "What goes in a release checklist?"
+    )
+    assert page.locator("#composer").is_visible()
+    assert page.locator("#archived-bar").count() == 0
 
     b.login("erin")  # Northwind's: another tenant
     response = page.goto(url)

@@ -585,10 +585,34 @@ def test_archive_restore_and_delete_for_good(browsing: Browsing) -> None:
     assert page.locator("#archived-bar").count() == 0
     assert page.locator(f'.session-item[data-session-id="{session_id}"]').is_visible()
 
-    # Archive again, then delete for good from the archive list, after a confirmation.
+    # Archived while open (issue #31): the page goes to a new chat, the list stays the list,
+    # "New chat" stays, and Undo is offered as for any other; it brings the chat back.
     item.hover()
     item.get_by_role("button", name="Archive Name one planet.").click()
-    page.wait_for_selector("#archived-bar")  # the current one reopens read-only
+    page.wait_for_url(f"{b.live.url}/")
+    page.wait_for_selector("#notice.info >> text=Archived “Name one planet.”")
+    b.wait_connected()
+    assert page.locator("#archive-head").is_hidden()
+    assert page.locator("#archive-toggle").is_visible()
+    assert page.locator("#new-chat").is_visible()
+    assert page.locator("#archived-bar").count() == 0
+    assert page.locator("#composer").is_visible()
+    assert item.count() == 0
+    page.screenshot(path=str(ARTIFACTS / "archive-open-conversation.png"))
+    page.locator("#notice").get_by_role("button", name="Undo").click()
+    page.wait_for_url(f"**/c/{session_id}/")
+    page.wait_for_selector("#composer:not([hidden])")
+    assert page.locator("#archived-bar").count() == 0
+    assert page.locator(f'.session-item[data-session-id="{session_id}"]').is_visible()
+
+    # Archive again, then delete for good from its read-only page, after a confirmation.
+    item.hover()
+    item.get_by_role("button", name="Archive Name one planet.").click()
+    page.wait_for_url(f"{b.live.url}/")
+    page.click("#archive-toggle")
+    page.wait_for_selector("#archive-head:not([hidden])")
+    item.locator(".session-link").click()
+    page.wait_for_selector("#archived-bar")
     page.click("#delete-btn")
     dialog = page.locator("#confirm-delete")
     assert dialog.is_visible()

@@ -114,6 +114,26 @@ def test_an_employee_asks_the_handbook_and_opens_the_cited_source(browsing: Brow
     assert last.locator(".sources").is_hidden()
     page.screenshot(path=str(ARTIFACTS / "knowledge-not-from-the-documents.png"))
 
+    # Shared (issue #31): the snapshot keeps the note, and its sources open.
+    page.click("#share-btn")
+    page.wait_for_selector("#share-dialog[open]")
+    page.click("#share-create")
+    link = page.locator("#share-list .share-url").first
+    link.wait_for()
+    page.goto(link.inner_text())
+    notes = page.locator("#shared-messages .msg-note")
+    assert notes.all_inner_texts() == [
+        "Not from the company’s documents: they had nothing on this question."
+    ]
+    shared_travel = page.locator("#shared-messages .shared-source", has_text="Travel")
+    shared_travel.get_by_role("button", name=re.compile("Open source")).click()
+    page.locator("#passage-dialog #passage-text", has_text="EUR 180 in Paris").wait_for()
+    assert page.locator("#passage-title").inner_text() == HANDBOOK
+    page.screenshot(path=str(ARTIFACTS / "knowledge-shared-passage.png"))
+    assert_accessible(b)
+    page.keyboard.press("Escape")
+    assert page.locator("#passage-dialog").is_hidden()
+
 
 def _message(id_: int, role: str, content: str = "", **fields: object) -> dict[str, object]:
     return {
@@ -195,6 +215,11 @@ def test_citation_markers_open_their_passage(browsing: Browsing) -> None:
     cite = reply.locator(".md button.cite")
     assert cite.count() == 1  # [7] was not given: it stays text
     assert cite.inner_text() == "1"
+    # A target a finger can hit (issue #31), not the digit alone.
+    box = cite.bounding_box()
+    assert box is not None
+    assert box["width"] >= 24, box
+    assert box["height"] >= 24, box
     assert cite.get_attribute("aria-label") == f"Source 1: {HANDBOOK}, Travel"
     assert reply.locator(".md").inner_text().strip() == text  # the text reads as written
     assert reply.locator(".source.cited").count() == 1
@@ -331,6 +356,7 @@ def test_an_employee_attaches_files_and_asks_about_them(browsing: Browsing) -> N
     b, page = browsing, browsing.page
     b.login("bob")
     assert page.locator("#attach-btn").is_visible()
+    assert page.locator("#suggestions .suggestion").first.is_visible()
     page.set_input_files(
         "#attach-input",
         files=[
@@ -341,6 +367,8 @@ def test_an_employee_attaches_files_and_asks_about_them(browsing: Browsing) -> N
     page.wait_for_url(re.compile(r".*/c/[0-9a-f-]{36}/$"))
     session_id = page.url.rstrip("/").rsplit("/", 1)[-1]
     assert page.locator("#conv-title").inner_text() == "falcon budget"
+    # The chat is about the file: the generic suggestions are gone (issue #31).
+    assert page.locator("#suggestions").is_hidden()
     assert page.locator(f'.session-item[data-session-id="{session_id}"]').count() == 1
     wait_ready(b, "falcon-budget.md")
     page.screenshot(path=str(ARTIFACTS / "attachments-ready.png"))

@@ -5,6 +5,9 @@ its conversation."""
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -115,6 +118,37 @@ def test_an_archived_conversation_is_deleted_with_its_messages(staff, conversati
     staff.post(url, {"post": "yes"})
     assert not ChatSession.objects.exists()
     assert not Message.objects.exists()
+
+
+def test_after_deleting_a_conversation_staff_land_on_the_conversations_list(staff, conversation):
+    conversation.archived = True
+    conversation.save()
+    url = reverse("admin:chat_chatsession_delete", args=[conversation.pk])
+    response = staff.post(url, {"post": "yes"})
+    assert response["Location"] == reverse("admin:chat_chatsession_changelist")
+
+
+def test_a_conversation_page_says_in_words_whether_it_is_archived(staff, conversation):
+    # Issue #31: a red ✖ beside "Archived by its owner…" on one that is not archived.
+    url = reverse("admin:chat_chatsession_change", args=[conversation.pk])
+    page = staff.get(url).content.decode()
+    assert "Archived by its owner" not in page
+    shown = re.search(r'field-archived_state.*?<div class="readonly">(.*?)</div>', page, re.S)
+    assert shown is not None
+    assert shown.group(1) == "No"  # not the stock ✖ icon
+    conversation.archived = True
+    conversation.save()
+    page = staff.get(url).content.decode()
+    assert "Yes: archived by its owner, read-only until restored or deleted" in page
+
+
+def test_the_admin_writes_dates_in_iso_8601(staff, conversation):
+    ChatSession.objects.filter(pk=conversation.pk).update(
+        updated_at=timezone.make_aware(datetime(2026, 11, 5, 14, 7))
+    )
+    page = staff.get(reverse("admin:chat_chatsession_changelist")).content.decode()
+    assert "2026-11-05 14:07" in page
+    assert "Nov. 5, 2026" not in page
 
 
 def test_a_conversation_whose_reply_is_being_written_is_not_deleted(staff, conversation):

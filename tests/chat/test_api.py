@@ -3,6 +3,7 @@ engine: OpenAI's shapes, errors, limits, storage and tenant scoping."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -551,6 +552,77 @@ async def test_a_whole_reply_that_waited_in_line_is_one_json_body(key: str) -> N
     response, _ = await queued_response(ask("x"), key)
     assert response.status_code == 200
     assert response.json()["choices"][0]["message"]["content"] == "then me"
+
+
+async def _hang_up_while_waiting_in_line(
+    use_engine: Any, key: str, body: dict[str, Any]
+) -> tuple[Message, list[str]]:
+    """Post `body` while the one sequence is taken, hang up once it waits in the engine's
+    queue, and return its stored reply and what the model was asked to answer."""
+    from asgiref.testing import ApplicationCommunicator
+
+    from qassist.asgi import application
+
+    sampled: list[str] = []
+
+    def reply_for(prompt: str) -> str:
+        sampled.append(prompt)
+        return "w" * 300 if prompt == "first" else "never"
+
+    fake = use_engine(FakeRunner(n_seq_max=1, step_delay=0.01, reply_for=reply_for))
+    first = asyncio.ensure_future(post(key, ask("first")))
+    while "first" not in sampled:  # noqa: ASYNC110  (the engine thread's state: no event)
+        await asyncio.sleep(0.01)
+    raw = json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(raw)).encode()),
+            (b"authorization", f"Bearer {key}".encode()),
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+    }
+    app = ApplicationCommunicator(application, scope)
+    await app.send_input({"type": "http.request", "body": raw, "more_body": False})
+    worker = fake.client.worker
+    assert worker is not None
+    while not worker.engine.scheduler.waiting:  # noqa: ASYNC110  (it waits in line)
+        await asyncio.sleep(0.01)
+    await app.send_input({"type": "http.disconnect"})
+    await app.wait(timeout=5)
+    reply = await sync_to_async(
+        lambda: Message.objects.filter(role="assistant").order_by("-id").first()
+    )()
+    assert reply is not None
+    assert (await first).status_code == 200
+    return reply, sampled
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_that_hangs_up_while_waiting_in_line_leaves_the_queue(
+    use_engine: Any, key: str, stream: bool
+) -> None:
+    # Issue #31, Stop on REST (the client hangs up): stored as stopped, never run.
+    reply, sampled = await _hang_up_while_waiting_in_line(
+        use_engine, key, ask("second", stream=stream)
+    )
+    assert (reply.content, reply.status, reply.finish_reason) == (
+        "",
+        Message.Status.INTERRUPTED,
+        "cancelled",
+    )
+    assert set(sampled) == {"first"}  # it never ran
 
 
 async def test_a_stream_refused_busy_after_waiting_in_line_ends_with_an_error_event(

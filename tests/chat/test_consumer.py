@@ -4,6 +4,7 @@ runner behind an in-process engine client: no model, no Redis."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -892,3 +893,56 @@ async def test_a_reply_whose_user_lost_access_stops_even_with_no_socket_open(
     assert reply.status == Message.Status.INTERRUPTED
     assert "Access to this workspace was removed" in reply.error
     assert 0 < len(reply.content) < 3000
+
+
+async def test_stop_takes_a_reply_waiting_in_line_out_of_the_queue_at_once(
+    use_engine: Callable[..., FakeEngine], member: User, owner: User, tenant: Tenant
+) -> None:
+    # Issue #31: Esc while "Waiting in line" took effect only when the reply began. The one
+    # sequence is taken, and the engine is held in a long step (a model under load): Stop
+    # must answer now, not after the step, and the request must never run.
+    gate = threading.Event()
+    script = {"first": "w" * 3000, "second": "never"}
+    sampled: list[str] = []  # the questions the model was asked to answer
+
+    def reply_for(prompt: str) -> str:
+        sampled.append(prompt)
+        return script[prompt]
+
+    runner = FakeRunner(n_seq_max=1, step_delay=0.01, reply_for=reply_for)
+    fake = use_engine(runner)
+    first, second = await connected_as(member), await connected_as(owner)
+    await first.send_json_to({"type": "chat.send", "session": None, "content": "first"})
+    await first.receive_json_from(timeout=5)  # reply.start
+    await first.receive_json_from(timeout=5)  # a delta: the only sequence is taken
+    runner.gate = gate  # from the next step on, the engine is held in it
+
+    await second.send_json_to({"type": "chat.send", "session": None, "content": "second"})
+    try:
+        assert (await second.receive_json_from(timeout=5))["type"] == "reply.start"
+        await second.send_json_to({"type": "chat.stop"})
+        frames = await until_done(second)
+    finally:
+        held = not gate.is_set()
+        gate.set()  # never leave the engine thread held, whatever happened
+
+    assert held  # answered while the engine was still in its step
+    done = frames[-1]["reply"]
+    assert (done["status"], done["finish_reason"], done["content"]) == (
+        "interrupted",
+        "cancelled",
+        "",
+    )
+    reply = await stored(done["id"])
+    assert (reply.status, reply.finish_reason) == (Message.Status.INTERRUPTED, "cancelled")
+    assert (reply.prompt_tokens, reply.completion_tokens) == (0, 0)  # nothing was generated
+
+    await first.send_json_to({"type": "chat.stop"})
+    await until_done(first)
+    # The engine dropped it from its queue before it could start: only "first" ever ran.
+    worker = fake.client.worker
+    assert worker is not None
+    assert not worker.engine.scheduler.has_work
+    assert set(sampled) == {"first"}
+    await first.disconnect()
+    await second.disconnect()

@@ -256,3 +256,48 @@ def test_staff_without_a_tenant_get_no_feedback_page(db):
     client = Client()
     client.force_login(staff)
     assert client.get(REPORT).status_code == 403
+
+
+def test_a_down_voted_answer_shows_what_it_cited_and_if_it_was_warned_without_the_audit(
+    tenant_admin, tenant, settings
+):
+    # Issue #31: the report was mostly "Not shown: ..." without a content audit.
+    from knowledge.models import Passage
+
+    settings.QASSIST_CANDIDATE_MIN_COUNT = 5
+    a, b = people(tenant, 2)
+    turn = rated(a, tenant, "Hotel cap in Paris for Dave?", "EUR 200 [1].", "down", "wrong")
+    Passage.objects.create(message=turn.user_message, number=1, title="Handbook", where="Travel")
+    Passage.objects.create(message=turn.user_message, number=2, title="Old rules", where="p. 3")
+    Message.objects.filter(id=turn.reply.id).update(evidence={"verdict": "unsupported"})
+    other = rated(b, tenant, "Parking for Dave?", "Nothing on it.", "down", "not_helpful")
+    Message.objects.filter(id=other.user_message.id).update(grounding="none_found")
+
+    report, html = report_of(logged_in(tenant_admin))
+    rows = {r.cited_text: r for r in report.worst}
+    cited = rows["Handbook › Travel"]  # the cited passage only, not the one merely given
+    assert (cited.question, cited.warned, cited.declined) == (None, 1, 0)
+    declined = rows[""]
+    assert (declined.warned, declined.declined) == (0, 1)
+    assert "Handbook › Travel" in html
+    assert "Dave" not in html  # still no text without the audit
+    assert not ContentRead.objects.exists()
+
+
+def test_answers_warned_about_count_among_the_questions_the_documents_did_not_answer(
+    tenant_admin, tenant, settings
+):
+    settings.QASSIST_CANDIDATE_MIN_COUNT = 2
+    a, b, c = people(tenant, 3)
+    for user in (a, b):
+        turn = answered(user, tenant, "Hotel cap in Oslo?", "EUR 300.")
+        Message.objects.filter(id=turn.reply.id).update(evidence={"verdict": "not_found"})
+    turn = answered(c, tenant, "hotel cap in oslo", "Nothing on it.")
+    Message.objects.filter(id=turn.user_message.id).update(grounding="none_found")
+    answered(c, tenant, "Hotel cap in Rome?", "EUR 150.")  # supported: not counted
+
+    report, html = report_of(logged_in(tenant_admin))
+    assert [(r.question, r.asked, r.warned) for r in report.unanswered] == [
+        ("hotel cap in oslo", 1, 2)
+    ]
+    assert "<th>Answer warned about</th>" in html

@@ -394,6 +394,17 @@ def test_deleting_a_document_removes_its_passages_through_the_service(
     assert KnowledgeBase.objects.get(tenant=tenant).index_version > before  # retrieval reloads
 
 
+def test_a_tenant_admin_who_deleted_a_document_lands_on_the_documents_list(
+    tenant_admin: User, tenant: Tenant, upload: Upload
+) -> None:
+    # Issue #31: Django sent them to the admin home (no model-wide change permission).
+    document = upload(tenant, "travel-policy.md", HOTELS)
+    response = client_for(tenant_admin).post(doc_url("delete", document), {"post": "yes"})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:knowledge_document_changelist")
+    assert not Document.objects.exists()
+
+
 def test_bulk_delete_goes_through_the_service_for_each_document(
     admin_client: Client, tenant: Tenant, upload: Upload, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -394,3 +394,43 @@ def test_a_conversation_page_carries_its_attachments(
     assert [d["id"] for d in data["attachments"]] == [attached.public_id]
     assert data["attachments"][0]["status"] == "ready"
     assert data["knowledge"] == {"on": True, "documents": 0}
+
+
+def test_a_snapshots_sources_open_for_a_colleague_but_not_an_attachments(
+    member: User,
+    owner: User,
+    conversation: ChatSession,
+    handbook: Document,
+    attached: Document,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue #31: a shared snapshot's citations could not be opened.
+    from chat import services as chat_services
+    from chat.models import Message
+
+    question = Message.objects.create(session=conversation, role="user", content="Hotel cap?")
+    Message.objects.create(
+        session=conversation, parent=question, role="assistant", content="EUR 180 [1]."
+    )
+    hotel, notes = first_chunk(handbook), first_chunk(attached)
+    real = chat_services.branch_data
+
+    def with_sources(*, session: ChatSession) -> list[dict[str, Any]]:
+        branch = real(session=session)
+        branch[-1]["sources"] = [
+            {"number": 1, "title": "Handbook", "where": "Travel", "cited": True,
+             "document_id": handbook.public_id, "passage_id": hotel.pk},
+            {"number": 2, "title": "Falcon", "where": "", "cited": False,
+             "document_id": attached.public_id, "passage_id": notes.pk},
+        ]  # fmt: skip
+        return branch
+
+    monkeypatch.setattr(chat_services, "branch_data", with_sources)
+    created = logged_in(member).post(reverse("sharing:share_create", args=[conversation.id]))
+    page = logged_in(owner).get(created.json()["share"]["url"]).content.decode()
+
+    assert page.count('class="btn shared-open"') == 1  # the handbook's, not the attachment's
+    assert f'data-url="{passage_url(hotel)}"' in page
+    assert passage_url(notes) not in page
+    assert 'id="passage-dialog"' in page
+    assert logged_in(owner).get(passage_url(hotel)).status_code == 200

@@ -158,7 +158,7 @@ def test_login_lockouts_are_listed_under_a_human_name_and_can_be_lifted(admin_cl
     )
     page = admin_client.get(reverse("admin:axes_accessattempt_changelist")).content.decode()
     assert "Login lockouts" in page
-    assert "Sign-ins" in page  # the breadcrumbs' section
+    assert "Engine and sign-ins" in page  # the breadcrumbs name the home's section
     admin_client.post(
         reverse("admin:axes_accessattempt_delete", args=[attempt.pk]), {"post": "yes"}
     )
@@ -192,3 +192,51 @@ def test_every_page_keeps_its_url_name(admin_client, tenant):
     assert admin_client.get(reverse("admin:app_list", args=["tenants"])).status_code == 200
     assert ChatSession._meta.verbose_name_plural == "conversations"
     assert Tenant._meta.get_field("active").help_text
+
+
+def breadcrumbs(response) -> list[str]:
+    html = response.content.decode()
+    crumbs = re.search(r'<div class="breadcrumbs">(.*?)</div>', html, re.S)
+    assert crumbs is not None
+    return [
+        re.sub(r"<[^>]+>", "", part).strip()
+        for part in crumbs.group(1).replace("&rsaquo;", "›").split("›")
+    ]
+
+
+def test_breadcrumbs_name_the_sections_of_the_admin_home(admin_client, tenant, member):
+    # Issue #31: the lists said "Company knowledge" or "Chat" where the home says
+    # "Knowledge and cached replies" or "Conversations and audit".
+    session = ChatSession.objects.create(tenant=tenant, user=member, title="Hello")
+    pages = {
+        reverse("admin:knowledge_document_changelist"): [
+            "Home",
+            "Knowledge and cached replies",
+            "Documents",
+        ],
+        reverse("admin:knowledge_document_upload"): [
+            "Home",
+            "Knowledge and cached replies",
+            "Documents",
+            "Upload documents",
+        ],
+        reverse("admin:chat_chatsession_change", args=[session.pk]): [
+            "Home",
+            "Conversations and audit",
+            "Conversations",
+            str(session),
+        ],
+        reverse("admin:axes_accessattempt_changelist"): [
+            "Home",
+            "Engine and sign-ins",
+            "Login lockouts",
+        ],
+    }
+    home = admin_client.get(reverse("admin:index")).content.decode()
+    for url, expected in pages.items():
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        assert breadcrumbs(response) == expected, url
+        assert f">{expected[1]}<" in home  # the home's own name for the section
+    page = admin_client.get(reverse("admin:knowledge_document_changelist")).content.decode()
+    assert 'href="/admin/#section-knowledge">Knowledge and cached replies</a>' in page

@@ -8,6 +8,7 @@ from django.test import Client
 from django.urls import reverse
 
 from chat import services
+from chat.models import ChatSession
 from sharing.models import SharedConversation
 from tenants.models import Membership
 from tests.chat.test_views import logged_in
@@ -171,3 +172,58 @@ def test_a_member_of_two_tenants_reads_a_snapshot_whichever_they_work_in(
     client = logged_in(owner)
     client.post(reverse("chat:tenant_switch"), {"tenant": other_tenant.slug})
     assert client.get(url).status_code == 200
+
+
+def test_the_snapshot_and_the_export_keep_the_note_of_a_question_the_documents_missed(
+    member, owner, tenant
+):
+    # Issue #31: the chat says "Not from the company's documents" under such a reply; the
+    # snapshot and the Markdown export dropped it.
+    session = conversation(member, tenant, ("Name a colour.", "Blue."), ("And another?", "Red."))
+    first_question = session.messages.filter(role="user").order_by("created_at", "id").first()
+    first_question.grounding = "none_found"
+    first_question.save(update_fields=["grounding"])
+
+    text = logged_in(member).get(reverse("sharing:export", args=[session.id])).content.decode()
+    note = "*Not from the company’s documents: they had nothing on this question.*"
+    assert text.count(note) == 1
+    assert text.index("Blue.") < text.index(note) < text.index("And another?")
+
+    url = share(logged_in(member), session).json()["share"]["url"]
+    page = logged_in(owner).get(url).content.decode()
+    assert page.count('<p class="msg-note" role="note">Not from the company’s documents') == 1
+    assert page.index("Blue.") < page.index('class="msg-note"') < page.index("Red.")
+
+
+def test_a_colleague_continues_a_snapshot_in_their_own_chats(member, owner, outsider, tenant):
+    # Issue #31: a shared snapshot was a dead end.
+    session = conversation(
+        member, tenant, ("Where is the VPN guide?", "On the intranet."), ("And Wi-Fi?", "Ask IT.")
+    )
+    url = share(logged_in(member), session).json()["share"]["url"]
+    share_id = url.rstrip("/").rsplit("/", 1)[-1]
+    continue_url = reverse("sharing:share_continue", args=[share_id])
+    colleague = logged_in(owner)
+    assert 'id="continue-btn"' in colleague.get(url).content.decode()
+
+    response = colleague.post(continue_url)
+    copy = ChatSession.objects.exclude(pk=session.pk).get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("chat:conversation", args=[copy.id])
+    assert (copy.user, copy.tenant, copy.title) == (owner, tenant, session.title)
+    branch = services.branch_messages(session=copy)
+    assert [(m.role, m.content) for m in branch] == [
+        ("user", "Where is the VPN guide?"),
+        ("assistant", "On the intranet."),
+        ("user", "And Wi-Fi?"),
+        ("assistant", "Ask IT."),
+    ]
+    assert copy.branch_tip == branch[-1]
+    # It is theirs: it opens for them, and the next question follows on from it.
+    assert colleague.get(response["Location"]).status_code == 200
+    turn = services.message_send(user=owner, tenant=tenant, session_id=copy.id, content="Thanks")
+    assert turn.user_message.parent == branch[-1]
+    # The original is untouched; nobody outside the tenant continues it.
+    assert session.messages.count() == 4
+    assert logged_in(outsider).post(continue_url).status_code == 404
+    assert colleague.get(continue_url).status_code == 405

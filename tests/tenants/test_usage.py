@@ -181,7 +181,8 @@ def test_days_the_roll_up_missed_are_read_live(tenant, people):
     [
         ([120] * 100, (100, 200), (100, 200)),
         ([40] * 50 + [900] * 50, (0, 50), (750, 1000)),
-        ([30] * 90 + [25_000] * 10, (0, 50), (TTFT_BUCKETS_MS[-1], TTFT_BUCKETS_MS[-1])),
+        # Above the last bound: read up to the longest wait, no longer stopped at 20 s.
+        ([30] * 90 + [25_000] * 10, (0, 50), (TTFT_BUCKETS_MS[-1] + 1, 25_000)),
     ],
 )
 def test_ttft_percentiles_fall_in_the_true_percentiles_bucket(tenant, values, p50_range, p95_range):
@@ -194,6 +195,54 @@ def test_ttft_percentiles_fall_in_the_true_percentiles_bucket(tenant, values, p5
         totals = usage.usage_report(scope=scope_for(tenant)).totals
         assert p50_range[0] <= totals["ttft_p50"] <= p50_range[1], source
         assert p95_range[0] <= totals["ttft_p95"] <= p95_range[1], source
+
+
+def test_first_word_waits_past_20_s_are_shown_as_they_were_with_p99(admin_client, tenant):
+    # Issue #31: p95 showed 20.0 s for a tenant whose member waited 34.2 s for a first word.
+    values = [900] * 90 + [25_000] * 5 + [34_200] * 5
+    UsageRecord.objects.bulk_create(
+        [UsageRecord(tenant=tenant, ttft_ms=v, created_at=local_noon(1)) for v in values]
+    )
+    for source in ("live", "rolled"):
+        if source == "rolled":
+            usage.usage_rollup()
+            assert UsageDaily.objects.get().ttft_max_ms == 34_200
+        totals = usage.usage_report(scope=scope_for(tenant)).totals
+        assert totals["ttft_max"] == 34_200, source
+        assert TTFT_BUCKETS_MS[-1] < totals["ttft_p95"] < totals["ttft_p99"] <= 34_200, source
+        assert totals["ttft_p50"] <= 1000, source
+    page = admin_client.get(reverse("admin:tenants_tenant_usage", args=[tenant.pk]))
+    text = page.content.decode()
+    assert "<th>TTFT p99</th>" in text
+    assert "longest 34.2 s" in text
+    p99 = page.context["report"].totals["ttft_p99"]
+    assert f"p99 {p99 / 1000:.1f} s" in text
+    rows = usage.usage_days_csv(report=page.context["report"]).splitlines()
+    assert rows[0].endswith("ttft_p95_ms,ttft_p99_ms,ttft_max_ms")
+    assert rows[-2].endswith(f",{p99},34200")  # yesterday's row (today's is last)
+
+
+def test_the_30_day_table_collapses_the_days_without_use(admin_client, tenant):
+    # Issue #31: 29 rows of zeros around the one day that had any use.
+    UsageRecord.objects.create(tenant=tenant, prompt_tokens=10, created_at=local_noon(3))
+    response = admin_client.get(reverse("admin:tenants_tenant_usage", args=[tenant.pk]))
+    rows = response.context["day_rows"]
+    assert [r.get("empty", False) for r in rows] == [True, False, True]
+    assert rows[0]["count"] == 3  # today and the two days before the used one
+    assert rows[1]["day"] == timezone.localdate() - timedelta(days=3)
+    assert rows[1]["prompt_tokens"] == 10
+    assert rows[0]["count"] + 1 + rows[2]["count"] == len(response.context["report"].days)
+    table = response.content.decode().split('id="usage-days"')[1].split("</table>")[0]
+    assert table.count("<tr") == 4  # the header and three rows
+    assert f"No use these {rows[2]['count']} days" in table
+
+
+def test_a_single_quiet_day_between_used_ones_keeps_its_own_row():
+    days = [
+        {"day": date(2026, 1, d), **dict.fromkeys(usage.COUNT_FIELDS, 0), "requests": r}
+        for d, r in ((1, 1), (2, 0), (3, 1))
+    ]
+    assert [r["day"].day for r in usage.day_rows(days)] == [3, 2, 1]
 
 
 def test_drilling_down_to_a_user_or_a_key_counts_only_theirs(tenant, people):

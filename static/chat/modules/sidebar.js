@@ -143,8 +143,12 @@ function startRename(li, item) {
   input.addEventListener("blur", () => finish(true));
 }
 
-/** Archive at once (it can be undone): a notice offers Undo; the current one reopens
- * read-only. */
+// The conversation archived while it was open, carried to the new chat the page goes to.
+const ARCHIVED_OPEN_KEY = "qassist-archived-open";
+
+/** Archive at once (it can be undone): a notice offers Undo. The open one is archived like
+ * any other: the page goes to a new chat, the list stays the list, and Undo (on the new
+ * chat's page) restores it and goes back to it. */
 async function archive(item) {
   try {
     await postJSON(urlFor("archive", item.id), {});
@@ -153,24 +157,45 @@ async function archive(item) {
     return;
   }
   if (item.id === state.sessionId) {
-    location.assign(urlFor("conversation", item.id));
+    try {
+      sessionStorage.setItem(ARCHIVED_OPEN_KEY, JSON.stringify({ id: item.id, title: item.title || "" }));
+    } catch (_) {
+      /* private mode: the new chat comes without its Undo */
+    }
+    location.assign(data.urls.index);
     return;
   }
   state.sessions = state.sessions.filter((s) => s.id !== item.id);
   renderSidebar();
+  archivedNotice(item, false);
+}
+
+function archivedNotice(item, reopen) {
   showNotice("info", "Archived “" + (item.title || "New chat") + "”. Find it under Archived conversations.", [
-    { label: "Undo", onClick: () => restore(item, true) },
+    { label: "Undo", onClick: () => restore(item, true, reopen) },
   ], "archived");
 }
 
-async function restore(item, undo) {
+/** On a new chat's page: the Undo of the conversation archived while it was open. */
+export function noticeArchivedOpen() {
+  let item = null;
+  try {
+    item = JSON.parse(sessionStorage.getItem(ARCHIVED_OPEN_KEY) || "null");
+    sessionStorage.removeItem(ARCHIVED_OPEN_KEY);
+  } catch (_) {
+    item = null;
+  }
+  if (item && typeof item.id === "string" && !state.sessionId) archivedNotice(item, true);
+}
+
+async function restore(item, undo, reopen = false) {
   try {
     await postJSON(urlFor("restore", item.id), {});
   } catch (error) {
     showNotice("error", "Could not restore: " + error.message);
     return;
   }
-  if (item.id === state.sessionId) {
+  if (item.id === state.sessionId || reopen) {
     location.assign(urlFor("conversation", item.id)); // back to a live, writable page
     return;
   }
