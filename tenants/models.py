@@ -39,6 +39,19 @@ class Tenant(models.Model):
     system_prompt = models.TextField(
         blank=True, help_text="Prepended to every conversation of this tenant."
     )
+    # Models (issue #36): which model answers its members, and which others they may pick.
+    default_model = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The model that answers this tenant's members and API keys when they name "
+        "none. Empty: the deployment's default (QASSIST_MODEL).",
+    )
+    allowed_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Other models its members and API keys may ask for by name (REST's `model`, "
+        "the chat's picker). The default model is always allowed.",
+    )
     # Privacy (docs/privacy.md): without the content audit nobody reads conversations' text in
     # the admin; with it, superusers and the tenant's admins may, each reading is logged
     # (chat.ContentRead), and members see a notice in the chat.
