@@ -363,7 +363,7 @@ def turn_begin(
         model=model,
     )
     try:
-        turn = services.turn_start(plan=plan)
+        turn = services.turn_start(plan=plan, model=ticket.submission.model)
     except BaseException:
         settle(ticket=ticket, usage=Usage(0, 0))
         raise
@@ -406,6 +406,7 @@ def api_begin(
             external_user=external_user,
             passages=passages,
             conversation=conversation,
+            model=ticket.submission.model,
         )
     except BaseException:
         settle(ticket=ticket, usage=Usage(0, 0))

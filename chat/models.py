@@ -110,6 +110,8 @@ class Message(models.Model):
         help_text="stop (the model ended it), length (max tokens), cancelled, disconnected, error.",
     )
     served_from_cache = models.BooleanField(default=False, verbose_name="from the cache")
+    # The model that answered (a reply; issue #36): a tenant may use several.
+    model = models.CharField(max_length=200, blank=True, default="")
     # A user's question in a tenant with company knowledge: "documents" when it was given
     # passages (knowledge.Passage), "none_found" when the documents had nothing on it.
     grounding = models.CharField(max_length=16, blank=True, default="")

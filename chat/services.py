@@ -775,9 +775,10 @@ def _last_user_message(
 
 
 @transaction.atomic
-def turn_start(*, plan: TurnPlan) -> Turn:
+def turn_start(*, plan: TurnPlan, model: str = "") -> Turn:
     """Store an admitted turn: the user's message (new or edited) and an empty streaming
-    reply. The session is checked again: another reply may have started meanwhile."""
+    reply (`model`: the one that is to write it). The session is checked again: another
+    reply may have started meanwhile."""
     created = plan.session is None
     if plan.session is None:
         session = session_create(
@@ -822,6 +823,7 @@ def turn_start(*, plan: TurnPlan) -> Turn:
         role=Message.Role.ASSISTANT,
         status=Message.Status.STREAMING,
         evidence=plan.canned_evidence,
+        model=model,
     )
     session.branch_tip = reply
     session.updated_at = timezone.now()
@@ -958,6 +960,7 @@ def reply_finish(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             cached=served_from_cache,
+            model=reply.model,
             latency_ms=latency_ms,
             ttft_ms=ttft_ms,
             status=_usage_status(finish_reason, error),
@@ -969,7 +972,7 @@ def reply_finish(
 
 
 def usage_record_background(
-    *, session_id: uuid.UUID, prompt_tokens: int, completion_tokens: int
+    *, session_id: uuid.UUID, prompt_tokens: int, completion_tokens: int, model: str = ""
 ) -> None:
     """Tokens a conversation's background work (its title) used: usage like any other."""
     session = ChatSession.objects.filter(id=session_id).first()
@@ -982,6 +985,7 @@ def usage_record_background(
         session=session,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
+        model=model,
         reason="background",
     )
 
@@ -1034,6 +1038,7 @@ def message_data(
         "status": message.status,
         "finish_reason": message.finish_reason,
         "served_from_cache": message.served_from_cache,
+        "model": message.model,
         "error": message.error,
         "prompt_tokens": message.prompt_tokens,
         "completion_tokens": message.completion_tokens,
@@ -1203,9 +1208,10 @@ def api_turn_start(
     external_user: str = "",
     passages: knowledge.TurnPassages | None = None,
     conversation: list[ChatMessage] | None = None,
+    model: str = "",
 ) -> Turn:
     """Store an admitted REST request as a conversation of its API key: the request's
-    messages, then an empty streaming reply."""
+    messages, then an empty streaming reply (`model`: the one that is to write it)."""
     last_user = next(m for m in reversed(messages) if m.role == "user")
     session = ChatSession.objects.create(
         tenant=tenant,
@@ -1227,6 +1233,7 @@ def api_turn_start(
         parent=user_message,
         role=Message.Role.ASSISTANT,
         status=Message.Status.STREAMING,
+        model=model,
     )
     if conversation is None:
         conversation = api_conversation(tenant=tenant, messages=messages)

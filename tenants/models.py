@@ -238,6 +238,8 @@ class UsageRecord(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     cached = models.BooleanField(default=False, verbose_name="from the cache")
+    # The model that answered ("" before issue #36, or nothing was generated).
+    model = models.CharField(max_length=200, blank=True, default="")
     latency_ms = models.PositiveIntegerField(null=True, blank=True, verbose_name="latency (ms)")
     ttft_ms = models.PositiveIntegerField(
         null=True, blank=True, verbose_name="time to first token (ms)"
@@ -286,6 +288,7 @@ class UsageDaily(models.Model):
     api_key = models.ForeignKey(
         ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    model = models.CharField(max_length=200, blank=True, default="")
     # Requests people or integrations made (not rejected); background work (titles, batch
     # items) is counted apart: its tokens count, but it would distort hit rates.
     requests = models.PositiveIntegerField(default=0)

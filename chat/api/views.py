@@ -153,7 +153,7 @@ async def completion_detail(request: HttpRequest, completion_id: str) -> HttpRes
             id=completion_id,
             object="chat.completion",
             created=int(reply.created_at.timestamp()),
-            model=served_model(),
+            model=reply.model or served_model(),
             choices=[
                 schemas.Choice(
                     index=0,

@@ -13,9 +13,10 @@ from django.test import AsyncClient
 from pytest_django import Settings
 
 from chat.api import schemas
+from chat.models import Message
 from inference.local import LocalEngineClient, RoutedEngineClient
 from inference.service import set_engine_client, set_prompt_counter
-from tenants.models import ApiKey, Tenant
+from tenants.models import ApiKey, Tenant, UsageRecord
 from tests.chat.test_api import error_of, headers, post
 from tests.fakes import FakeCounter, FakeRunner, make_engine
 
@@ -121,3 +122,21 @@ async def test_a_tenant_whose_default_is_the_large_model_may_still_be_refused_th
     assert large.status_code == 200
     assert small.status_code == 400
     assert error_of(small)["code"] == "model_not_allowed"
+
+
+async def test_the_reply_and_its_usage_record_name_the_model_that_answered(
+    runners: dict[str, FakeRunner], api_key: tuple[ApiKey, str], tenant: Tenant
+) -> None:
+    await sync_to_async(allow)(tenant, others=[LARGE])
+
+    response = await post(api_key[1], ask("hi", LARGE))
+    completion_id = response.json()["id"]
+    detail = await AsyncClient().get(
+        f"/v1/chat/completions/{completion_id}", headers=headers(api_key[1])
+    )
+
+    reply = await sync_to_async(Message.objects.get)(role="assistant")
+    record = await sync_to_async(UsageRecord.objects.get)()
+    assert reply.model == LARGE
+    assert record.model == LARGE
+    assert detail.json()["model"] == LARGE
