@@ -121,6 +121,7 @@ class LocalEngineClient:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._ready = threading.Event()
+        self._stop_requested = False
 
     def start(self) -> None:
         with self._start_lock:
@@ -147,6 +148,10 @@ class LocalEngineClient:
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
             return
+        if self._stop_requested:
+            # stop() came while the model loaded: it found no worker to stop, so this one
+            # must not start serving (it would run on with nobody to stop it).
+            self.worker.stop_event.set()
         self._ready.set()
         try:
             self.worker.run_forever()
@@ -182,6 +187,7 @@ class LocalEngineClient:
         """Drain the engine, waiting at most `timeout`; a step stuck in llama.cpp past that
         would keep the web process from ever exiting (issue #32: only SIGKILL ended it), so
         then the process ends here (`exit_when_stuck`)."""
+        self._stop_requested = True
         if self.worker is not None:
             self.worker.stop_event.set()
         if self._thread is not None:
