@@ -348,11 +348,13 @@ async def _renew(ticket: Ticket) -> None:
 
 
 def turn_begin(
-    *, plan: TurnPlan, principal: Principal, params: SamplingParams, model: str = ""
+    *, plan: TurnPlan, principal: Principal, params: SamplingParams, model: object = None
 ) -> tuple[Turn, Ticket]:
     """Admit a chat turn, then store it. Refused, nothing is stored; stored, the ticket knows
-    its session."""
+    its session. `model`: what the user picked (None: what the conversation remembers, else
+    the tenant's default); a pick is remembered by the conversation."""
     session_id = str(plan.session.id) if plan.session is not None else ""
+    asked, picked = services.turn_model(plan=plan, picked=model)
     ticket = admit(
         principal=principal,
         conversation=plan.conversation,
@@ -360,10 +362,10 @@ def turn_begin(
         conversation_id=session_id,
         cache_conversation=plan.plain or None,
         canned_answer=plan.canned_answer,
-        model=model,
+        model=asked,
     )
     try:
-        turn = services.turn_start(plan=plan, model=ticket.submission.model)
+        turn = services.turn_start(plan=plan, model=ticket.submission.model, remember_model=picked)
     except BaseException:
         settle(ticket=ticket, usage=Usage(0, 0))
         raise

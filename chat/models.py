@@ -40,6 +40,9 @@ class ChatSession(models.Model):
         help_text="The `user` an integration sent with the request.",
     )
     title = models.CharField(max_length=200, blank=True)
+    # The model its user picked for it (issue #36), kept for its next turns; "" the tenant's
+    # default.
+    model = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)
     archived = models.BooleanField(

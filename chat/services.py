@@ -30,6 +30,7 @@ from inference.types import ChatMessage, Done, Failed, SamplingParams
 from knowledge import turns as knowledge
 from knowledge.access import PUBLIC, Reader, reader_for_session, reader_for_user
 from tenants.models import Tenant, UsageRecord
+from tenants.services import tenant_models
 
 MAX_MESSAGE_CHARS = 32_000
 TITLE_CHARS = 60
@@ -775,10 +776,25 @@ def _last_user_message(
 
 
 @transaction.atomic
-def turn_start(*, plan: TurnPlan, model: str = "") -> Turn:
+def turn_model(*, plan: TurnPlan, picked: object) -> tuple[str, bool]:
+    """The model a chat turn asks for, and whether the user picked it now: the one picked
+    (a websocket frame's `model`), else the one the conversation remembers while the tenant
+    still allows it, else "" (the tenant's default). Admission checks what is picked."""
+    if picked not in (None, ""):
+        if not isinstance(picked, str):
+            raise ChatError("invalid_model", "model must be a model's name.")
+        return picked, True
+    remembered = plan.session.model if plan.session is not None else ""
+    if remembered and remembered in tenant_models(tenant=plan.tenant):
+        return remembered, False
+    return "", False
+
+
+def turn_start(*, plan: TurnPlan, model: str = "", remember_model: bool = False) -> Turn:
     """Store an admitted turn: the user's message (new or edited) and an empty streaming
-    reply (`model`: the one that is to write it). The session is checked again: another
-    reply may have started meanwhile."""
+    reply (`model`: the one that is to write it; `remember_model`: the user picked it, so the
+    conversation keeps it for its next turns). The session is checked again: another reply
+    may have started meanwhile."""
     created = plan.session is None
     if plan.session is None:
         session = session_create(
@@ -827,7 +843,11 @@ def turn_start(*, plan: TurnPlan, model: str = "") -> Turn:
     )
     session.branch_tip = reply
     session.updated_at = timezone.now()
-    session.save(update_fields=["branch_tip", "updated_at"])
+    fields = ["branch_tip", "updated_at"]
+    if remember_model and session.model != model:
+        session.model = model
+        fields.append("model")
+    session.save(update_fields=fields)
     children = versions_of(session=session)
     versions = {
         user_message.id: children.get(user_message.parent_id, [user_message.id]),
