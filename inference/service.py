@@ -73,9 +73,9 @@ def build_engine(model: str | None = None) -> Engine:
     (`QASSIST_ENGINE_NICE`), and llama.cpp's compute threads, started from it, inherit it."""
     from inference.runner import LlamaRunner  # imports llama_cpp: only where a model runs
 
+    model_path = _model_path(model)  # a missing or unknown model fails before anything else
     lower_thread_priority(settings.QASSIST_ENGINE_NICE)
 
-    model_path = _model_path(model)
     runner = LlamaRunner(
         model_path,
         n_seq_max=settings.QASSIST_PARALLEL,
@@ -223,7 +223,7 @@ def _make_client() -> EngineClient:
             model=model,
         )
 
-    models = list(settings.QASSIST_MODELS)
+    models = list(dict.fromkeys([default_model(), *settings.QASSIST_MODELS]))
     if len(models) == 1:
         client = local(models[0])
         client.start()

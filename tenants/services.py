@@ -36,8 +36,9 @@ class ModelNotAllowed(Exception):
 
 
 def deployment_models() -> list[str]:
-    """The models this deployment may serve (QASSIST_MODELS, the default first)."""
-    return list(settings.QASSIST_MODELS)
+    """The models this deployment may serve: QASSIST_MODEL, the default, then the others of
+    QASSIST_MODELS."""
+    return list(dict.fromkeys([str(settings.QASSIST_MODEL), *settings.QASSIST_MODELS]))
 
 
 def tenant_models(*, tenant: Tenant) -> list[str]:

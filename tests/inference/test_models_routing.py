@@ -4,6 +4,7 @@ per model in embedded mode; the fake runner behind each, answering with its mode
 from __future__ import annotations
 
 import asyncio
+import re
 import functools
 import threading
 import uuid
@@ -244,3 +245,21 @@ async def test_a_single_embedded_engine_refuses_another_model() -> None:
 
     assert isinstance(event, Failed)
     assert "'large'" in event.message
+
+
+# --- run_inference_worker --model ---------------------------------------------------------------
+
+
+def test_the_worker_command_refuses_an_unknown_or_missing_model_in_one_line(
+    settings: Any, tmp_path: Any
+) -> None:
+    from django.core.management import CommandError, call_command
+
+    settings.REDIS_URL = REDIS_URL
+    settings.QASSIST_MODELS_DIR = tmp_path
+
+    with pytest.raises(CommandError, match="'gpt-5' is neither a known model"):
+        call_command("run_inference_worker", "--model", "gpt-5")
+    fetch = re.escape("run `python manage.py fetch_model qwen2.5-coder-1.5b`")
+    with pytest.raises(CommandError, match=fetch):
+        call_command("run_inference_worker", "--model", "qwen2.5-coder-1.5b")
