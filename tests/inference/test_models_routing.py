@@ -4,8 +4,8 @@ per model in embedded mode; the fake runner behind each, answering with its mode
 from __future__ import annotations
 
 import asyncio
-import re
 import functools
+import re
 import threading
 import uuid
 from collections.abc import Iterator
