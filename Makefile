@@ -2,6 +2,7 @@
 # Every step is idempotent and quick when it has already been done.
 
 SHELL := /bin/bash
+comma := ,
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
@@ -19,6 +20,9 @@ MANAGE := $(BIN)/python manage.py
 HOST ?= 127.0.0.1
 PORT ?= 8000
 MODE ?= auto  # auto (Redis when REDIS_URL is set or one answers on 127.0.0.1:6379), redis, embedded
+# Several models served at once (issue #36), comma-separated: one inference worker each (Redis
+# mode), one engine each in the web process (embedded). The first is the default model.
+MODELS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
@@ -31,7 +35,8 @@ help:
 	@echo "make run           set up this machine (venv, llama.cpp without AMX, database, model"
 	@echo "                   qwen2.5-coder-0.5b or QASSIST_MODEL,"
 	@echo "                   demo tenant and admin) and start qassist on http://$(HOST):$(PORT)/"
-	@echo "                   MODE=embedded forces the no-Redis mode; HOST=, PORT= change the address"
+	@echo "                   MODE=embedded forces the no-Redis mode; HOST=, PORT= change the address;"
+	@echo "                   MODELS=a,b serves several models, one engine each (the first is the default)"
 	@echo "make test          ruff, mypy and pytest (PYTEST_ARGS='-k ...' passes options to pytest);"
 	@echo "                   fetches the tests' model (smollm2-135m) and installs the single"
 	@echo "                   sign-on tests' identity provider with npm first"
@@ -87,12 +92,14 @@ fetch-models: install
 # The model `make run` serves: the 0.5B model answers company questions from the documents
 # (bench/rag_eval: 0.66 of them, against 0.25 for smollm2-135m; README, "Models"). The tests
 # and the settings' own default stay on smollm2-135m. QASSIST_MODEL=... make run chooses another.
-run: export QASSIST_MODEL ?= qwen2.5-coder-0.5b
+run: export QASSIST_MODEL ?= $(if $(strip $(MODELS)),$(firstword $(subst $(comma), ,$(MODELS))),qwen2.5-coder-0.5b)
+run: export QASSIST_MODELS ?= $(strip $(MODELS))
 run: install
 	@case "$(strip $(MODE))" in auto|redis|embedded) ;; \
 	  *) echo "ERROR: MODE must be auto, redis or embedded, not '$(strip $(MODE))'" >&2; exit 1;; esac
 	$(MANAGE) migrate --noinput
 	$(MANAGE) fetch_model
+	@for model in $(subst $(comma), ,$(MODELS)); do $(MANAGE) fetch_model "$$model"; done
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	$(MANAGE) bootstrap_demo
 	@var="$${QASSIST_VAR_DIR:-var}"; mkdir -p "$$var/celery/queue" "$$var/celery/processed" "$$var/celery/control"
@@ -117,19 +124,23 @@ run: install
 	      echo "ERROR: Redis at $$shown does not answer; start it, or run: make run MODE=embedded" >&2; \
 	      exit 1; \
 	    fi; \
-	    procfile=Procfile; \
+	    procfile=Procfile; models="$(strip $(MODELS))"; \
 	    echo "== Redis mode ($$reason): REDIS_URL=$$shown"; \
-	    echo "   processes: web (daphne), worker (the inference engine), celery, beat";; \
+	    if [[ -n "$(strip $(MODELS))" ]]; then \
+	      echo "   processes: web (daphne), worker-1.. (an inference engine per model: $(MODELS)), celery, beat"; \
+	    else \
+	      echo "   processes: web (daphne), worker (the inference engine), celery, beat"; \
+	    fi;; \
 	  embedded) \
 	    export REDIS_URL=; \
-	    procfile=Procfile.embedded; \
+	    procfile=Procfile.embedded; models=; \
 	    echo "== embedded mode ($$reason): no Redis, the engine runs inside the web process"; \
 	    echo "   processes: web (daphne + engine), celery and beat on a filesystem broker";; \
 	esac; \
 	echo "== qassist on http://$(HOST):$(PORT)/  (health: http://$(HOST):$(PORT)/healthz; Ctrl-C stops all)"; \
 	echo "   a process that dies is restarted (back-off 1 s doubling to 30 s); the others keep serving"; \
 	export PATH="$(abspath $(BIN)):$$PATH"; \
-	exec $(BIN)/python -m qassist.supervise $$procfile
+	exec $(BIN)/python -m qassist.supervise $$procfile --models "$$models"
 
 bench: install
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

@@ -36,6 +36,7 @@ from knowledge.access import reader_for_principal
 from tenants.limits import Plan
 from tenants.models import Tenant
 from tenants.services import (
+    ModelNotAllowed,
     Principal,
     limits_plan,
     limits_renew,
@@ -43,6 +44,7 @@ from tenants.services import (
     limits_settle,
     principal_is_member,
     refusal_message,
+    tenant_model_choose,
     usage_record_embeddings,
     usage_record_refusal,
 )
@@ -54,7 +56,8 @@ class Refused(Exception):
     """A request admission turned away, with what the client needs to act on it.
 
     `code`: rate_limited, quota_exceeded, prompt_too_long, tenant_inactive, forbidden,
-    unavailable (the limit counters are out of reach), worker_down (no model on this server).
+    unavailable (the limit counters are out of reach), worker_down (no model on this server),
+    model_not_allowed (the tenant may not use the model asked for).
     `reason`: the limit's name for rate_limited and quota_exceeded."""
 
     def __init__(
@@ -137,11 +140,11 @@ class Room:
         )
 
 
-def measure(conversation: Sequence[ChatMessage]) -> Room:
+def measure(conversation: Sequence[ChatMessage], model: str = "") -> Room:
     """The size `admit` would find for `conversation`; writes nothing, refuses nothing."""
     chars = sum(len(m.content) for m in conversation)
     char_limit = int(settings.QASSIST_MAX_CONVERSATION_CHARS)
-    counter = get_prompt_counter()
+    counter = get_prompt_counter(model)
     tokens = counter.count(conversation) if chars <= char_limit else None
     return Room(chars, char_limit, tokens, counter.max_seq_tokens)
 
@@ -156,11 +159,13 @@ def admit(
     cacheable: bool = True,
     cache_conversation: Sequence[ChatMessage] | None = None,
     canned_answer: str | None = None,
+    model: str = "",
 ) -> Ticket:
     """Admit one request or raise Refused (counted in /metrics by reason and tenant). Writes
     nothing but the limit counters (and, for a refusal, a usage record saying why).
     `cache_conversation`: what a cached reply is matched on, when the model's conversation
-    carries more (passages); `canned_answer`: served instead of the model."""
+    carries more (passages); `canned_answer`: served instead of the model; `model`: the model
+    asked for ("" the tenant's default), which the tenant must be allowed to use."""
     try:
         return _admit(
             principal=principal,
@@ -171,6 +176,7 @@ def admit(
             cacheable=cacheable,
             cache_conversation=cache_conversation,
             canned_answer=canned_answer,
+            model=model,
         )
     except Refused as exc:
         metrics.record_refusal(reason=exc.reason, tenant=principal.tenant.slug)
@@ -187,9 +193,9 @@ def _fresh_principal(principal: Principal) -> Principal:
     return replace(principal, tenant=tenant)
 
 
-def _counter() -> PromptCounter:
+def _counter(model: str = "") -> PromptCounter:
     try:
-        return get_prompt_counter()
+        return get_prompt_counter(model)
     except FileNotFoundError as exc:
         logger.warning("admission cannot count tokens: %s", exc)
         raise Refused(
@@ -227,11 +233,16 @@ def _admit(
     cacheable: bool = True,
     cache_conversation: Sequence[ChatMessage] | None = None,
     canned_answer: str | None = None,
+    model: str = "",
 ) -> Ticket:
     principal = _fresh_principal(principal)
     tenant = principal.tenant
+    try:
+        model = tenant_model_choose(tenant=tenant, requested=model)
+    except ModelNotAllowed as exc:
+        raise Refused("model_not_allowed", str(exc)) from None
     check_conversation_size(conversation)
-    counter = _counter()
+    counter = _counter(model)
     prompt_tokens = counter.count(conversation)
     room = counter.max_seq_tokens - prompt_tokens
     if room <= 0:
@@ -260,7 +271,7 @@ def _admit(
             tenant=tenant, conversation=list(matched), reader=reader_for_principal(principal)
         )
     without_model = cached is not None or canned_answer is not None
-    if not without_model and not background and get_engine_client().at_capacity():
+    if not without_model and not background and get_engine_client().at_capacity(model):
         # The engine's queue is full: refused now, like a limit, before anything is stored
         # (the queue would refuse it anyway, after the turn's writes, on a loaded machine
         # a second or more later). Background work waits its turn instead.
@@ -275,6 +286,7 @@ def _admit(
         background=background,
         tenant=tenant.slug,
         conversation=conversation_id,
+        model=model,
     )
     return Ticket(
         principal,
@@ -336,11 +348,13 @@ async def _renew(ticket: Ticket) -> None:
 
 
 def turn_begin(
-    *, plan: TurnPlan, principal: Principal, params: SamplingParams
+    *, plan: TurnPlan, principal: Principal, params: SamplingParams, model: object = None
 ) -> tuple[Turn, Ticket]:
     """Admit a chat turn, then store it. Refused, nothing is stored; stored, the ticket knows
-    its session."""
+    its session. `model`: what the user picked (None: what the conversation remembers, else
+    the tenant's default); a pick is remembered by the conversation."""
     session_id = str(plan.session.id) if plan.session is not None else ""
+    asked, picked = services.turn_model(plan=plan, picked=model)
     ticket = admit(
         principal=principal,
         conversation=plan.conversation,
@@ -348,9 +362,10 @@ def turn_begin(
         conversation_id=session_id,
         cache_conversation=plan.plain or None,
         canned_answer=plan.canned_answer,
+        model=asked,
     )
     try:
-        turn = services.turn_start(plan=plan)
+        turn = services.turn_start(plan=plan, model=ticket.submission.model, remember_model=picked)
     except BaseException:
         settle(ticket=ticket, usage=Usage(0, 0))
         raise
@@ -365,6 +380,7 @@ def api_begin(
     params: SamplingParams,
     external_user: str = "",
     cacheable: bool = True,
+    model: str = "",
 ) -> tuple[Turn, Ticket]:
     """Admit a REST request, then store it as a conversation of its API key."""
     assert principal.api_key is not None
@@ -382,6 +398,7 @@ def api_begin(
         cacheable=cacheable,
         cache_conversation=plain,
         canned_answer=canned,
+        model=model,
     )
     try:
         turn = services.api_turn_start(
@@ -391,6 +408,7 @@ def api_begin(
             external_user=external_user,
             passages=passages,
             conversation=conversation,
+            model=ticket.submission.model,
         )
     except BaseException:
         settle(ticket=ticket, usage=Usage(0, 0))

@@ -383,7 +383,9 @@ async def _run_item(batch: Batch, item: BatchItem, stop: asyncio.Event) -> None:
             usage.prompt_tokens = ticket.prompt_tokens if parts else 0
             usage.completion_tokens = len(parts)
     if done is not None and done.finish_reason != "cancelled":
-        await database_sync_to_async(_store)(batch, item, "".join(parts), done)
+        await database_sync_to_async(_store)(
+            batch, item, "".join(parts), done, ticket.submission.model
+        )
     elif failed is not None:
         await database_sync_to_async(_failed)(item, failed)
     elif stopped or (done is not None and done.finish_reason == "cancelled"):
@@ -407,7 +409,7 @@ def _mine(item: BatchItem) -> Any:
     )
 
 
-def _store(batch: Batch, item: BatchItem, content: str, done: Done) -> None:
+def _store(batch: Batch, item: BatchItem, content: str, done: Done, model: str = "") -> None:
     with transaction.atomic():
         written = _mine(item).update(
             status=BatchItem.Status.DONE,
@@ -426,6 +428,7 @@ def _store(batch: Batch, item: BatchItem, content: str, done: Done) -> None:
                 user=batch.created_by,
                 prompt_tokens=done.prompt_tokens,
                 completion_tokens=done.completion_tokens,
+                model=model,
                 # No TTFT: a batch item waits for spare sequences by design, and the usage
                 # pages' TTFT is what people wait for.
                 status=UsageRecord.Status.OK,

@@ -256,7 +256,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             session_id=session_id,
             content=content.get("content"),
         )
-        await self._begin(plan)
+        await self._begin(plan, content.get("model"))
 
     async def _on_regenerate(self, content: dict[str, Any]) -> None:
         self._check_idle()
@@ -264,7 +264,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         plan = await database_sync_to_async(services.turn_prepare_regenerate)(
             user=self.user, tenant=self.tenant, session_id=session_id
         )
-        await self._begin(plan)
+        await self._begin(plan, content.get("model"))
 
     async def _on_edit(self, content: dict[str, Any]) -> None:
         self._check_idle()
@@ -276,7 +276,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             content=content.get("content"),
             message_id=content.get("message"),  # absent: the last question of the branch
         )
-        await self._begin(plan)
+        await self._begin(plan, content.get("model"))
 
     async def _on_stop(self, content: dict[str, Any]) -> None:
         """Stop the reply being written in `session` (default: the one this socket started),
@@ -323,11 +323,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     # --- one reply -------------------------------------------------------------------------------
 
-    async def _begin(self, plan: TurnPlan) -> None:
+    async def _begin(self, plan: TurnPlan, model: object = None) -> None:
+        """`model`: the frame's pick (issue #36), None when it names none."""
         turn, ticket = await database_sync_to_async(admission.turn_begin)(
             plan=plan,
             principal=Principal(tenant=self.tenant, user=self.user),
             params=services.default_sampling(),
+            model=model,
         )
         # Watch the conversation before its reply starts: reply.start is its first frame.
         replies.watch(watcher=self, session_id=str(turn.session.id))

@@ -40,6 +40,9 @@ class ChatSession(models.Model):
         help_text="The `user` an integration sent with the request.",
     )
     title = models.CharField(max_length=200, blank=True)
+    # The model its user picked for it (issue #36), kept for its next turns; "" the tenant's
+    # default.
+    model = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)
     archived = models.BooleanField(
@@ -110,6 +113,8 @@ class Message(models.Model):
         help_text="stop (the model ended it), length (max tokens), cancelled, disconnected, error.",
     )
     served_from_cache = models.BooleanField(default=False, verbose_name="from the cache")
+    # The model that answered (a reply; issue #36): a tenant may use several.
+    model = models.CharField(max_length=200, blank=True, default="")
     # A user's question in a tenant with company knowledge: "documents" when it was given
     # passages (knowledge.Passage), "none_found" when the documents had nothing on it.
     grounding = models.CharField(max_length=16, blank=True, default="")

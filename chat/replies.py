@@ -389,6 +389,7 @@ class ReplyRun:
                 session_id=turn.session.id,
                 prompt_tokens=usage.prompt_tokens or 0,
                 completion_tokens=usage.completion_tokens or 0,
+                model=ticket.submission.model,
             )
         # Off the event loop: the language models load on first use (about a second).
         title = await sync_to_async(services.clean_title, thread_sensitive=False)(

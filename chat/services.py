@@ -31,6 +31,7 @@ from knowledge import citations
 from knowledge import turns as knowledge
 from knowledge.access import PUBLIC, Reader, reader_for_session, reader_for_user
 from tenants.models import Tenant, UsageRecord
+from tenants.services import tenant_models
 
 MAX_MESSAGE_CHARS = 32_000
 TITLE_CHARS = 60
@@ -776,9 +777,25 @@ def _last_user_message(
 
 
 @transaction.atomic
-def turn_start(*, plan: TurnPlan) -> Turn:
+def turn_model(*, plan: TurnPlan, picked: object) -> tuple[str, bool]:
+    """The model a chat turn asks for, and whether the user picked it now: the one picked
+    (a websocket frame's `model`), else the one the conversation remembers while the tenant
+    still allows it, else "" (the tenant's default). Admission checks what is picked."""
+    if picked not in (None, ""):
+        if not isinstance(picked, str):
+            raise ChatError("invalid_model", "model must be a model's name.")
+        return picked, True
+    remembered = plan.session.model if plan.session is not None else ""
+    if remembered and remembered in tenant_models(tenant=plan.tenant):
+        return remembered, False
+    return "", False
+
+
+def turn_start(*, plan: TurnPlan, model: str = "", remember_model: bool = False) -> Turn:
     """Store an admitted turn: the user's message (new or edited) and an empty streaming
-    reply. The session is checked again: another reply may have started meanwhile."""
+    reply (`model`: the one that is to write it; `remember_model`: the user picked it, so the
+    conversation keeps it for its next turns). The session is checked again: another reply
+    may have started meanwhile."""
     created = plan.session is None
     if plan.session is None:
         session = session_create(
@@ -823,10 +840,15 @@ def turn_start(*, plan: TurnPlan) -> Turn:
         role=Message.Role.ASSISTANT,
         status=Message.Status.STREAMING,
         evidence=plan.canned_evidence,
+        model=model,
     )
     session.branch_tip = reply
     session.updated_at = timezone.now()
-    session.save(update_fields=["branch_tip", "updated_at"])
+    fields = ["branch_tip", "updated_at"]
+    if remember_model and session.model != model:
+        session.model = model
+        fields.append("model")
+    session.save(update_fields=fields)
     children = versions_of(session=session)
     versions = {
         user_message.id: children.get(user_message.parent_id, [user_message.id]),
@@ -959,6 +981,7 @@ def reply_finish(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             cached=served_from_cache,
+            model=reply.model,
             latency_ms=latency_ms,
             ttft_ms=ttft_ms,
             status=_usage_status(finish_reason, error),
@@ -970,7 +993,7 @@ def reply_finish(
 
 
 def usage_record_background(
-    *, session_id: uuid.UUID, prompt_tokens: int, completion_tokens: int
+    *, session_id: uuid.UUID, prompt_tokens: int, completion_tokens: int, model: str = ""
 ) -> None:
     """Tokens a conversation's background work (its title) used: usage like any other."""
     session = ChatSession.objects.filter(id=session_id).first()
@@ -983,6 +1006,7 @@ def usage_record_background(
         session=session,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
+        model=model,
         reason="background",
     )
 
@@ -1035,6 +1059,7 @@ def message_data(
         "status": message.status,
         "finish_reason": message.finish_reason,
         "served_from_cache": message.served_from_cache,
+        "model": message.model,
         "error": message.error,
         "prompt_tokens": message.prompt_tokens,
         "completion_tokens": message.completion_tokens,
@@ -1204,9 +1229,10 @@ def api_turn_start(
     external_user: str = "",
     passages: knowledge.TurnPassages | None = None,
     conversation: list[ChatMessage] | None = None,
+    model: str = "",
 ) -> Turn:
     """Store an admitted REST request as a conversation of its API key: the request's
-    messages, then an empty streaming reply."""
+    messages, then an empty streaming reply (`model`: the one that is to write it)."""
     last_user = next(m for m in reversed(messages) if m.role == "user")
     session = ChatSession.objects.create(
         tenant=tenant,
@@ -1228,6 +1254,7 @@ def api_turn_start(
         parent=user_message,
         role=Message.Role.ASSISTANT,
         status=Message.Status.STREAMING,
+        model=model,
     )
     if conversation is None:
         conversation = api_conversation(tenant=tenant, messages=messages)

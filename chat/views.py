@@ -42,6 +42,7 @@ from tenants.models import Membership
 from tenants.services import (
     membership_for,
     prompt_suggestions_for,
+    tenant_models,
     tenants_administered_by,
     tenants_for_user,
 )
@@ -248,6 +249,9 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
         "candidate_min_count": settings.QASSIST_CANDIDATE_MIN_COUNT,
         "knowledge": knowledge_info,
         "suggestions": prompt_suggestions_for(tenant=membership.tenant),
+        # The picker (issue #36), shown when the tenant allows more than one model.
+        "models": tenant_models(tenant=membership.tenant),
+        "session_model": session.model if session is not None else "",
     }
     return render(request, "chat/chat.html", context)
 

@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from inference.engine import Engine
@@ -106,8 +107,12 @@ class LocalEngineClient:
         *,
         heartbeat_timeout: float = 10.0,
         stall_after: float = 30.0,
+        model: str = "",
     ) -> None:
         self._factory = engine_factory
+        # The name it serves; a request naming another is refused. "": the one model of this
+        # process, whatever a request names it (as before #36).
+        self.model = model
         self.heartbeat_timeout = heartbeat_timeout
         self.stall_after = stall_after
         self.transport = LocalTransport()
@@ -116,6 +121,7 @@ class LocalEngineClient:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._ready = threading.Event()
+        self._stop_requested = False
 
     def start(self) -> None:
         with self._start_lock:
@@ -142,6 +148,10 @@ class LocalEngineClient:
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
             return
+        if self._stop_requested:
+            # stop() came while the model loaded: it found no worker to stop, so this one
+            # must not start serving (it would run on with nobody to stop it).
+            self.worker.stop_event.set()
         self._ready.set()
         try:
             self.worker.run_forever()
@@ -177,6 +187,7 @@ class LocalEngineClient:
         """Drain the engine, waiting at most `timeout`; a step stuck in llama.cpp past that
         would keep the web process from ever exiting (issue #32: only SIGKILL ended it), so
         then the process ends here (`exit_when_stuck`)."""
+        self._stop_requested = True
         if self.worker is not None:
             self.worker.stop_event.set()
         if self._thread is not None:
@@ -194,7 +205,17 @@ class LocalEngineClient:
                 return
             await asyncio.sleep(0.05)
 
+    async def served_models(self) -> list[str]:
+        return [self.model] if self.model and self.load_error is None else []
+
     async def generate(self, sub: Submission) -> AsyncIterator[Event]:
+        if self.model and sub.model and sub.model != self.model:
+            yield Failed(
+                sub.request_id,
+                ErrorCode.WORKER_DOWN.value,
+                f"No engine serves the model '{sub.model}' in this process.",
+            )
+            return
         self.start()
         await self._until_ready()
         if not self.alive:
@@ -249,7 +270,7 @@ class LocalEngineClient:
                 self.transport.cancel(sub.request_id)
             self.transport.forget(sub.request_id)
 
-    def at_capacity(self) -> bool:
+    def at_capacity(self, model: str = "") -> bool:
         """The queue is full now (admission asks, before anything is stored)."""
         return self.alive and self._queue_full()
 
@@ -272,12 +293,80 @@ class LocalEngineClient:
         self.transport.cancel(request_id)
 
     async def health(self) -> dict[str, Any]:
+        models = [self.model] if self.model else []
         if self.load_error:
-            return {"mode": "embedded", "ok": False, "error": self.load_error}
+            return {"mode": "embedded", "ok": False, "error": self.load_error, "models": models}
         if not self._ready.is_set():
-            return {"mode": "embedded", "ok": False, "state": "loading"}
+            return {"mode": "embedded", "ok": False, "state": "loading", "models": models}
         workers = [self.transport.last_status] if self.transport.last_status else []
         if self.worker is not None:
             # The watchdog's numbers live: the status is beaten between steps only.
             workers = [{**(workers[0] if workers else {}), **self.worker.watchdog()}]
-        return {"mode": "embedded", "ok": self.alive, "workers": workers}
+        workers = [{**w, "model": self.model} for w in workers]
+        return {"mode": "embedded", "ok": self.alive, "workers": workers, "models": models}
+
+
+class RoutedEngineClient:
+    """Embedded mode with several models (QASSIST_MODELS): one engine per model in this
+    process, each on a thread of its own, and each request handed to its model's engine. A
+    request naming no model goes to the default; one naming a model not here is refused at
+    once. The engines share the machine's cores: two busy ones slow each other down."""
+
+    def __init__(self, clients: dict[str, LocalEngineClient], default: str) -> None:
+        if default not in clients:
+            raise ValueError(f"the default model {default!r} is not among {sorted(clients)}")
+        self.clients = clients
+        self.default = default
+        self._asked: dict[str, LocalEngineClient] = {}
+
+    def start(self) -> None:
+        for client in self.clients.values():
+            client.start()
+
+    def _client(self, model: str) -> LocalEngineClient | None:
+        return self.clients.get(model or self.default)
+
+    async def served_models(self) -> list[str]:
+        served: list[str] = []
+        for client in self.clients.values():
+            served += await client.served_models()
+        return served
+
+    async def generate(self, sub: Submission) -> AsyncIterator[Event]:
+        client = self._client(sub.model)
+        if client is None:
+            yield Failed(
+                sub.request_id,
+                ErrorCode.WORKER_DOWN.value,
+                f"No engine serves the model '{sub.model}' in this process.",
+            )
+            return
+        self._asked[sub.request_id] = client
+        try:
+            async for event in client.generate(replace(sub, model=client.model)):
+                yield event
+        finally:
+            self._asked.pop(sub.request_id, None)
+
+    async def cancel(self, request_id: str) -> None:
+        client = self._asked.get(request_id)
+        if client is not None:
+            await client.cancel(request_id)
+
+    def at_capacity(self, model: str = "") -> bool:
+        client = self._client(model)
+        return client is not None and client.at_capacity()
+
+    async def health(self) -> dict[str, Any]:
+        parts = [await client.health() for client in self.clients.values()]
+        return {
+            "mode": "embedded",
+            "ok": all(part["ok"] for part in parts),
+            "workers": [w for part in parts for w in part.get("workers", [])],
+            "models": list(self.clients),
+            "errors": {
+                name: part["error"]
+                for name, part in zip(self.clients, parts, strict=True)
+                if "error" in part
+            },
+        }

@@ -174,6 +174,12 @@ def families(
     live = GaugeMetricFamily("qassist_workers", "Inference workers heard from recently.")
     live.add_metric([], len(workers))
     yield live
+    info = GaugeMetricFamily(
+        "qassist_worker_info", "The model each inference worker serves.", labels=["worker", "model"]
+    )
+    for w in workers:
+        info.add_metric([str(w.get("id", "")), str(w.get("model", ""))], 1)
+    yield info
     if queued is not None:
         shared = GaugeMetricFamily(
             "qassist_shared_queue_requests", "Requests waiting in the queue shared by workers."

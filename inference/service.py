@@ -6,6 +6,7 @@ Mode: `QASSIST_ENGINE=redis` (a separate `run_inference_worker` per machine, rea
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -36,7 +37,9 @@ class EngineClient(Protocol):
     def generate(self, sub: Submission) -> AsyncIterator[Event]: ...
     async def cancel(self, request_id: str) -> None: ...
     async def health(self) -> dict[str, Any]: ...
-    def at_capacity(self) -> bool: ...  # the queue is full now (sync: admission asks it)
+    # The model's queue is full now (sync: admission asks it); "" is the default model.
+    def at_capacity(self, model: str = "") -> bool: ...
+    async def served_models(self) -> list[str]: ...  # the models an engine serves now
 
 
 class PromptCounter(Protocol):
@@ -58,15 +61,21 @@ def engine_mode() -> str:
     return mode
 
 
-def build_engine() -> Engine:
-    """Load the configured model into a llama.cpp context (seconds) and wrap it in an engine.
+def default_model() -> str:
+    """The model a request naming none gets: QASSIST_MODEL, by the name it is given there."""
+    return str(settings.QASSIST_MODEL)
+
+
+def build_engine(model: str | None = None) -> Engine:
+    """Load `model` (a registry name or a .gguf path; None: QASSIST_MODEL) into a llama.cpp
+    context (seconds) and wrap it in an engine.
     Call it on the thread that will step the engine: it lowers that thread's CPU priority
     (`QASSIST_ENGINE_NICE`), and llama.cpp's compute threads, started from it, inherit it."""
     from inference.runner import LlamaRunner  # imports llama_cpp: only where a model runs
 
+    model_path = _model_path(model)  # a missing or unknown model fails before anything else
     lower_thread_priority(settings.QASSIST_ENGINE_NICE)
 
-    model_path = _model_path()
     runner = LlamaRunner(
         model_path,
         n_seq_max=settings.QASSIST_PARALLEL,
@@ -162,12 +171,12 @@ def lower_thread_priority(by: int) -> None:
         logger.warning("could not lower the engine's CPU priority: %s", exc)
 
 
-def _model_path() -> Path:
-    path = modelstore.resolve_model_path(settings.QASSIST_MODEL, settings.QASSIST_MODELS_DIR)
+def _model_path(model: str | None = None) -> Path:
+    name = model or default_model()
+    path = modelstore.resolve_model_path(name, settings.QASSIST_MODELS_DIR)
     if not path.is_file():
         raise FileNotFoundError(
-            f"model file {path} is missing: run `python manage.py fetch_model "
-            f"{settings.QASSIST_MODEL}`"
+            f"model file {path} is missing: run `python manage.py fetch_model {name}`"
         )
     return path
 
@@ -203,22 +212,35 @@ def _make_client() -> EngineClient:
             heartbeat_timeout=settings.QASSIST_WORKER_HEARTBEAT_SECONDS,
             max_wait=settings.QASSIST_MAX_WAIT_SECONDS,
             aging=settings.QASSIST_QUEUE_AGING_SECONDS,
+            default_model=default_model(),
         )
-    from inference.local import LocalEngineClient
+    from inference.local import LocalEngineClient, RoutedEngineClient
 
-    client = LocalEngineClient(build_engine, stall_after=settings.QASSIST_ENGINE_STALL_SECONDS)
-    client.start()
-    return client
+    def local(model: str) -> LocalEngineClient:
+        return LocalEngineClient(
+            functools.partial(build_engine, model),
+            stall_after=settings.QASSIST_ENGINE_STALL_SECONDS,
+            model=model,
+        )
+
+    models = list(dict.fromkeys([default_model(), *settings.QASSIST_MODELS]))
+    if len(models) == 1:
+        client = local(models[0])
+        client.start()
+        return client
+    routed = RoutedEngineClient({m: local(m) for m in models}, default_model())
+    routed.start()
+    return routed
 
 
 # --- the tokenizer of the web process ---------------------------------------------------------
 
 
 class _ModelCounter:
-    def __init__(self) -> None:
+    def __init__(self, model: str | None = None) -> None:
         from inference.runner import LlamaTokenizer  # imports llama_cpp
 
-        self.tokenizer = LlamaTokenizer.from_file(_model_path())
+        self.tokenizer = LlamaTokenizer.from_file(_model_path(model))
         self.max_seq_tokens = min(
             settings.QASSIST_MAX_SEQ_TOKENS,
             settings.QASSIST_CONTEXT_SIZE,
@@ -236,15 +258,21 @@ class _ModelCounter:
 
 
 _counter: PromptCounter | None = None
+_model_counters: dict[str, PromptCounter] = {}
 
 
-def get_prompt_counter() -> PromptCounter:
-    """The model's vocabulary, loaded alone (no weights) the first time it is needed."""
+def get_prompt_counter(model: str = "") -> PromptCounter:
+    """The model's vocabulary, loaded alone (no weights) the first time it is needed. Each
+    model counts with its own ("" and the default model share the default's counter)."""
     global _counter
     with _lock:
-        if _counter is None:
-            _counter = _ModelCounter()
-        return _counter
+        if not model or model == default_model():
+            if _counter is None:
+                _counter = _ModelCounter()
+            return _counter
+        if model not in _model_counters:
+            _model_counters[model] = _ModelCounter(model)
+        return _model_counters[model]
 
 
 def preload_prompt_counter() -> None:
@@ -256,8 +284,16 @@ def preload_prompt_counter() -> None:
         logger.warning("the model's vocabulary is not loaded: %s", exc)
 
 
-def set_prompt_counter(counter: PromptCounter | None) -> None:
-    """Swap the process's counter (tests count with the fake runner's tokenizer)."""
+def set_prompt_counter(counter: PromptCounter | None, model: str = "") -> None:
+    """Swap the process's counter (tests count with the fake runner's tokenizer); with
+    `model`, that model's counter only."""
     global _counter
     with _lock:
-        _counter = counter
+        if model:
+            if counter is None:
+                _model_counters.pop(model, None)
+            else:
+                _model_counters[model] = counter
+        else:
+            _counter = counter
+            _model_counters.clear()

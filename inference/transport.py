@@ -21,6 +21,11 @@
 - Liveness: each worker scores itself in `{p}:workers` every second and names itself as the owner
   of the requests it takes (`{p}:owner:{id}`). A reader that hears nothing checks the owner's
   heartbeat and fails the request with `worker_down` instead of waiting forever.
+- Models (issue #36): each worker serves one model. The queue, its policy's state, the bell,
+  the loads and the live workers are kept per model (`{p}:queue:{model}`, ...), so a worker
+  claims only its own model's requests and the balance is between workers of one model. A
+  request for a model no live worker serves is failed with `worker_down` naming the model
+  before it is queued. The model "" keeps the names without a suffix (one model, as before).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import redis
@@ -113,15 +119,20 @@ return 1
 
 
 class Keys:
-    def __init__(self, prefix: str) -> None:
+    """Redis keys; those of the queue and of who serves it are per model."""
+
+    def __init__(self, prefix: str, model: str = "") -> None:
         self.prefix = prefix
-        self.queue = f"{prefix}:queue"
-        self.meta = f"{prefix}:meta"
-        self.fair = f"{prefix}:fair"
-        self.bell = f"{prefix}:bell"
+        self.model = model
+        own = f":{model}" if model else ""
+        self.queue = f"{prefix}:queue{own}"
+        self.meta = f"{prefix}:meta{own}"
+        self.fair = f"{prefix}:fair{own}"
+        self.bell = f"{prefix}:bell{own}"
         self.cancel = f"{prefix}:cancel"
-        self.workers = f"{prefix}:workers"
-        self.loads = f"{prefix}:loads"  # worker id -> the requests it holds, as of its last fetch
+        self.workers = f"{prefix}:workers"  # every live worker, whatever its model
+        self.live = f"{prefix}:workers{own}"  # the live workers of this model
+        self.loads = f"{prefix}:loads{own}"  # worker id -> the requests it holds (last fetch)
 
     def body(self, request_id: str) -> str:
         return f"{self.prefix}:req:{request_id}"
@@ -218,10 +229,12 @@ class RedisWorkerTransport:
         affinity: float = AFFINITY_SECONDS,
         balance: float = BALANCE_SECONDS,
         heartbeat_timeout: float = 5.0,
+        model: str = "",
     ) -> None:
         # Any: redis-py types replies as unions over its decode modes; this client returns bytes.
         self.redis: Any = cast(Any, redis.Redis.from_url(url))
-        self.keys = Keys(prefix)
+        self.model = model
+        self.keys = Keys(prefix, model)
         self.aging = aging
         self.affinity = affinity
         self.balance = balance
@@ -302,7 +315,7 @@ class RedisWorkerTransport:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hset(self.keys.loads, self.worker_id, load)
         pipe.hgetall(self.keys.loads)
-        pipe.zrangebyscore(self.keys.workers, time.time() - self.heartbeat_timeout, "+inf")
+        pipe.zrangebyscore(self.keys.live, time.time() - self.heartbeat_timeout, "+inf")
         _, loads, live_raw = pipe.execute()
         if self.balance <= 0 or load <= 0:
             return False
@@ -325,7 +338,7 @@ class RedisWorkerTransport:
         if not asked:
             return set(), set()
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zrangebyscore(self.keys.workers, time.time() - self.heartbeat_timeout, "+inf")
+        pipe.zrangebyscore(self.keys.live, time.time() - self.heartbeat_timeout, "+inf")
         pipe.mget([self.keys.holder(c) for c in asked.values()])
         live_raw, holders = pipe.execute()
         live = {w.decode() for w in live_raw} - {self.worker_id}
@@ -370,8 +383,11 @@ class RedisWorkerTransport:
 
     @_unavailable_when_redis_is_down
     def heartbeat(self, stats: dict[str, Any]) -> None:
+        now = time.time()
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zadd(self.keys.workers, {self.worker_id: time.time()})
+        pipe.zadd(self.keys.workers, {self.worker_id: now})
+        pipe.zadd(self.keys.live, {self.worker_id: now})
+        stats = {**stats, "model": self.model}
         pipe.set(self.keys.worker(self.worker_id), json.dumps(stats), ex=30)
         pipe.execute()
 
@@ -379,6 +395,7 @@ class RedisWorkerTransport:
         """Leave the pool at once on a clean exit, rather than after the heartbeat goes stale."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.zrem(self.keys.workers, self.worker_id)
+        pipe.zrem(self.keys.live, self.worker_id)
         pipe.delete(self.keys.worker(self.worker_id))
         pipe.hdel(self.keys.loads, self.worker_id)
         pipe.execute()
@@ -401,9 +418,13 @@ class RedisEngineClient:
         poll_seconds: float = 1.0,
         max_wait: float | None = None,
         aging: float = 30.0,
+        default_model: str = "",
     ) -> None:
         self.url = url
-        self.keys = Keys(prefix)
+        self.prefix = prefix
+        self.default_model = default_model  # what a request naming no model gets
+        self.keys = Keys(prefix, default_model)
+        self._asked: dict[str, Keys] = {}  # request id -> its model's keys, while it runs
         self.max_queue = max_queue
         self.max_wait = max_wait
         self.aging = aging
@@ -422,24 +443,45 @@ class RedisEngineClient:
             self._loop = loop
         return self._redis
 
-    def at_capacity(self) -> bool:
-        """Whether the shared queue is full now, asked synchronously before a request is
-        stored (admission): then it is refused at once, without writing anything. Another
+    def keys_for(self, model: str) -> Keys:
+        """The keys of `model`'s queue ("" is the default model's). A client given no default
+        model knows no model names: one model, whatever a request names (as before #36)."""
+        model = model or self.default_model
+        if not self.default_model or model == self.keys.model:
+            return self.keys
+        return Keys(self.prefix, model)
+
+    def at_capacity(self, model: str = "") -> bool:
+        """Whether the model's shared queue is full now, asked synchronously before a request
+        is stored (admission): then it is refused at once, without writing anything. Another
         web process can still fill the queue after this answer; the enqueue script then
         answers busy as before. Redis out of reach: not full (the enqueue path says what
         is wrong)."""
         if self._sync_redis is None:
             self._sync_redis = redis.Redis.from_url(self.url, socket_timeout=1.0)
         try:
-            queued: Any = self._sync_redis.zcard(self.keys.queue)  # sync client: an int
+            queued: Any = self._sync_redis.zcard(self.keys_for(model).queue)  # an int
             return int(queued) >= self.max_queue
         except redis.RedisError:
             return False
 
-    async def live_workers(self) -> list[str]:
+    async def live_workers(self, model: str | None = None) -> list[str]:
+        """The live workers of `model` ("" the default's), or of every model (None)."""
+        key = self.keys.workers if model is None else self.keys_for(model).live
         cutoff = time.time() - self.heartbeat_timeout
-        members = await self.redis.zrangebyscore(self.keys.workers, cutoff, "+inf")
+        members = await self.redis.zrangebyscore(key, cutoff, "+inf")
         return [m.decode() for m in members]
+
+    async def served_models(self) -> list[str]:
+        """The models live workers serve, as their heartbeats name them (sorted)."""
+        live = await self.live_workers()
+        raws = await self.redis.mget([self.keys.worker(w) for w in live]) if live else []
+        models = set()
+        for raw in raws:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                models.add(str(json.loads(raw).get("model", "")) if raw else "")
+        models.discard("")  # a worker of a version before #36: its model is unknown
+        return sorted(models)
 
     async def generate(self, sub: Submission) -> AsyncIterator[Event]:
         """Events of one request until it is done or failed; closing early cancels it.
@@ -463,18 +505,32 @@ class RedisEngineClient:
                     await asyncio.shield(self.cancel(sub.request_id))
 
     async def _generate(self, sub: Submission) -> AsyncIterator[Event]:
+        keys = self.keys_for(sub.model)
+        self._asked[sub.request_id] = keys
+        try:
+            async for event in self._generate_on(sub, keys):
+                yield event
+        finally:
+            self._asked.pop(sub.request_id, None)
+
+    async def _generate_on(self, sub: Submission, keys: Keys) -> AsyncIterator[Event]:
         rid = sub.request_id
-        if not await self.live_workers():
-            yield Failed(rid, ErrorCode.WORKER_DOWN.value, "No inference worker is running.")
+        model = keys.model
+        if not await self.live_workers(model):
+            if model and await self.live_workers():
+                message = f"No inference worker serves the model '{model}'."
+            else:
+                message = "No inference worker is running."
+            yield Failed(rid, ErrorCode.WORKER_DOWN.value, message)
             return
-        body = json.dumps(sub.to_dict(), ensure_ascii=False)
+        body = json.dumps(replace(sub, model=model).to_dict(), ensure_ascii=False)
         rank = await self.redis.eval(
             _ENQUEUE,
             4,
-            self.keys.queue,
-            self.keys.body(rid),
-            self.keys.meta,
-            self.keys.bell,
+            keys.queue,
+            keys.body(rid),
+            keys.meta,
+            keys.bell,
             self.max_queue,
             int(sub.submitted_at * 1000),
             rid,
@@ -508,17 +564,17 @@ class RedisEngineClient:
                         return
                 continue
             # Nothing heard for a while: is it still queued, and is its worker alive?
-            live = await self.live_workers()
-            rank = await self._position(rid)
+            live = await self.live_workers(model)
+            rank = await self._position(rid, keys)
             if rank is not None:
-                if not live and await self._unqueue(rid):
+                if not live and await self._unqueue(rid, keys):
                     yield Failed(
                         rid, ErrorCode.WORKER_DOWN.value, "No inference worker is running."
                     )
                     return
                 waited = time.time() - sub.submitted_at
                 if self.max_wait is not None and waited > self.max_wait:
-                    if await self._unqueue(rid):
+                    if await self._unqueue(rid, keys):
                         record_refusal(reason="wait_bound", tenant=sub.tenant)
                         yield Failed(
                             rid,
@@ -544,12 +600,12 @@ class RedisEngineClient:
                 )
                 return
 
-    async def _position(self, rid: str) -> int | None:
-        """The request's index in the fair order of the shared queue, None once claimed."""
+    async def _position(self, rid: str, keys: Keys) -> int | None:
+        """The request's index in the fair order of its model's queue, None once claimed."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zrange(self.keys.queue, 0, -1)
-        pipe.hgetall(self.keys.meta)
-        pipe.hgetall(self.keys.fair)
+        pipe.zrange(keys.queue, 0, -1)
+        pipe.hgetall(keys.meta)
+        pipe.hgetall(keys.fair)
         ids, meta, clock = await pipe.execute()
         if rid.encode() not in ids:
             return None
@@ -578,15 +634,13 @@ class RedisEngineClient:
         starts = fill(slots, rank + 1)[0]
         return round(starts[rank], 1) if starts else None
 
-    async def _unqueue(self, rid: str) -> bool:
-        removed = await self.redis.eval(
-            _UNQUEUE, 3, self.keys.queue, self.keys.meta, self.keys.body(rid), rid
-        )
+    async def _unqueue(self, rid: str, keys: Keys) -> bool:
+        removed = await self.redis.eval(_UNQUEUE, 3, keys.queue, keys.meta, keys.body(rid), rid)
         return bool(removed)
 
     async def cancel(self, request_id: str) -> None:
         """Stop a request: still queued, it leaves the queue; running, its worker frees it."""
-        if await self._unqueue(request_id):
+        if await self._unqueue(request_id, self._asked.get(request_id, self.keys)):
             event = Done(request_id, FinishReason.CANCELLED.value, 0, 0)
             key = self.keys.events(request_id)
             await self.redis.xadd(key, {"e": json.dumps(event_to_dict(event))})
@@ -601,9 +655,14 @@ class RedisEngineClient:
             raw = await self.redis.get(self.keys.worker(worker_id))
             if raw:
                 stats.append({"id": worker_id, **json.loads(raw)})
+        models = sorted({str(w.get("model", "")) for w in stats} - {""})
+        queued = 0
+        for model in models or [self.default_model]:
+            queued += await self.redis.zcard(self.keys_for(model).queue)
         return {
             "mode": "redis",
             "ok": bool(live),
             "workers": stats,
-            "queued": await self.redis.zcard(self.keys.queue),
+            "models": models,
+            "queued": queued,
         }

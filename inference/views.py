@@ -80,6 +80,7 @@ def _summary(health: dict[str, Any], tenants: frozenset[str] | None) -> dict[str
         rows.append(
             {
                 "id": w.get("id", "embedded"),
+                "model": w.get("model", ""),
                 "running": w.get("running", 0),
                 "waiting": w.get("waiting", 0),
                 "sequences": w.get("sequences", w.get("slots", 0)),

@@ -40,6 +40,9 @@ class Submission:
     background: bool = False  # work nobody waits on (titles): runs only on spare sequences
     tenant: str = ""  # the tenant's slug: fair shares between tenants, KV reuse kept within one
     conversation: str = ""  # the chat session id, when the request continues a conversation
+    # The model that is to answer (a worker takes only its own model's requests); "" is the
+    # deployment's default (QASSIST_MODEL), which the web side names before it queues.
+    model: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ class Submission:
             "submitted_at": self.submitted_at,
             "tenant": self.tenant,
             "conversation": self.conversation,
+            "model": self.model,
         }
 
     @classmethod
@@ -66,6 +70,7 @@ class Submission:
             submitted_at=float(data.get("submitted_at", time.time())),
             tenant=str(data.get("tenant", "")),
             conversation=str(data.get("conversation", "")),
+            model=str(data.get("model", "")),
         )
 
 

@@ -3,7 +3,7 @@
 qassist.E001 llama-cpp-python missing or built with AMX
 qassist.E002 an engine size or sampling setting is malformed or inconsistent
 qassist.E003 QASSIST_ENGINE or REDIS_URL is unusable
-qassist.E004 QASSIST_MODEL names no known model and no .gguf file
+qassist.E004 QASSIST_MODEL (or an entry of QASSIST_MODELS) names no known model and no .gguf file
 qassist.E005 DATABASE_URL cannot be parsed
 qassist.E006 a login lockout setting is malformed
 qassist.E007 a scheduling setting (queue policy, aging, wait bound, speed floor, host cache) is bad
@@ -376,7 +376,13 @@ def _is_redis_url(url: str) -> bool:
 
 @register("qassist")
 def check_model(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
-    name = settings.QASSIST_MODEL
+    """QASSIST_MODEL, then every other model of QASSIST_MODELS (issue #36)."""
+    names = list(dict.fromkeys([settings.QASSIST_MODEL, *settings.QASSIST_MODELS]))
+    return [problem for name in names for problem in _check_one_model(name)]
+
+
+def _check_one_model(name: str) -> list[CheckMessage]:
+    setting = "QASSIST_MODEL" if name == settings.QASSIST_MODEL else "QASSIST_MODELS"
     models_dir = Path(settings.QASSIST_MODELS_DIR)
     if name in modelstore.REGISTRY:
         if modelstore.is_present(name, models_dir):
@@ -393,7 +399,7 @@ def check_model(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMess
     except modelstore.UnknownModelError:
         return [
             Error(
-                f"QASSIST_MODEL={name!r} is neither a known model nor an existing .gguf file.",
+                f"{setting}: {name!r} is neither a known model nor an existing .gguf file.",
                 hint=f"Use one of {', '.join(modelstore.REGISTRY)}, or the path of a .gguf file.",
                 id="qassist.E004",
             )

@@ -242,6 +242,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 
 # --- The model and the inference engine ------------------------------------------------------
 QASSIST_MODEL = env_str("QASSIST_MODEL", "smollm2-135m")  # a registry name or a .gguf path
+# The models this deployment serves (issue #36), comma-separated: embedded mode loads an engine
+# for each, the web process counts each one's prompts with its own vocabulary. QASSIST_MODEL
+# is the default (a request naming no model) and is always one of them, listed or not
+# (`tenants.services.deployment_models`); in Redis mode the workers' `--model` decide what is
+# served, and this list says which vocabularies to load and which models tenants may be given.
+QASSIST_MODELS = [m.strip() for m in env_str("QASSIST_MODELS", "").split(",") if m.strip()]
 QASSIST_MODELS_DIR = Path(env_str("QASSIST_MODELS_DIR", str(BASE_DIR / "models")))
 QASSIST_MAX_SEQ_TOKENS = env_int("QASSIST_MAX_SEQ_TOKENS", 4096)  # one conversation's limit
 # One pool of QASSIST_CONTEXT_SIZE KV cells shared by all sequences (shared prefixes cost

@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -54,6 +55,27 @@ def parse_procfile(text: str) -> list[tuple[str, str]]:
     if not entries:
         raise ProcfileError("no process is defined")
     return entries
+
+
+def worker_per_model(
+    entries: list[tuple[str, str]], models: Sequence[str]
+) -> list[tuple[str, str]]:
+    """The Procfile's `worker` entry once per model (issue #36): `worker-1`, `worker-2`, ...
+    each running the same command with `--model NAME`, so each model has an engine of its own
+    and each worker takes only its model's requests. No models: the entries as they are."""
+    models = [m.strip() for m in models if m.strip()]
+    if not models:
+        return entries
+    if not any(name == "worker" for name, _ in entries):
+        raise ProcfileError("several models were asked for, but no process is named 'worker'")
+    out: list[tuple[str, str]] = []
+    for name, command in entries:
+        if name != "worker":
+            out.append((name, command))
+            continue
+        for number, model in enumerate(models, start=1):
+            out.append((f"worker-{number}", f"{command} --model {shlex.quote(model)}"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -254,9 +276,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="on Ctrl-C / SIGTERM, how long processes get to exit before SIGKILL "
         "(longer than the inference worker's drain timeout)",
     )
+    parser.add_argument(
+        "--models",
+        default="",
+        metavar="A,B",
+        help="run the Procfile's 'worker' once per model (comma-separated), with --model",
+    )
     args = parser.parse_args(argv)
     try:
-        entries = parse_procfile(args.procfile.read_text())
+        entries = worker_per_model(
+            parse_procfile(args.procfile.read_text()), args.models.split(",")
+        )
     except (OSError, ProcfileError) as exc:
         parser.error(f"{args.procfile}: {exc}")
     supervisor = Supervisor(

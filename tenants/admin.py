@@ -9,6 +9,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import CharField, Q, QuerySet, Subquery
 from django.db.models.functions import Cast
@@ -49,7 +50,9 @@ from tenants.services import (
     api_key_filter_by_status,
     api_key_revoke,
     api_key_status,
+    check_tenant_models,
     check_tenant_slug,
+    deployment_models,
     tenant_group_members,
     tenant_group_save,
     tenant_group_set_members,
@@ -72,8 +75,11 @@ SUPERUSER_FIELDS = [
     "monthly_token_quota",
     # Opening the tenant's conversations to its admins is not theirs to decide (docs/privacy.md).
     "content_audit",
+    # A bigger model costs the machine several times a smaller one's (issue #36).
+    "default_model",
+    "allowed_models",
 ]
-LIMIT_FIELDS = SUPERUSER_FIELDS[1:]
+LIMIT_FIELDS = SUPERUSER_FIELDS[1:-2]
 
 
 class MembershipInline(admin.TabularInline[Membership, Tenant]):
@@ -115,12 +121,49 @@ class PromptSuggestionInline(admin.TabularInline[PromptSuggestion, Tenant]):
         return self._allowed(request)
 
 
+def _model_choices() -> list[tuple[str, str]]:
+    return [(m, m) for m in deployment_models()]
+
+
 class TenantAdminForm(forms.ModelForm[Tenant]):
+    # Chosen among the models this deployment serves (QASSIST_MODELS), read when the form is
+    # built so a settings change shows at once.
+    default_model = forms.TypedChoiceField(
+        choices=(), required=False, help_text=Tenant._meta.get_field("default_model").help_text
+    )
+    allowed_models = forms.MultipleChoiceField(
+        choices=(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=Tenant._meta.get_field("allowed_models").help_text,
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        offered = _model_choices()
+        default_field = self.fields.get("default_model")  # absent where read-only
+        if isinstance(default_field, forms.ChoiceField):
+            default_field.choices = [("", f"the deployment's default ({offered[0][0]})"), *offered]
+        allowed_field = self.fields.get("allowed_models")
+        if isinstance(allowed_field, forms.ChoiceField):
+            allowed_field.choices = offered
+
     def clean_slug(self) -> str:
         slug: str = self.cleaned_data["slug"]
         if "slug" in self.changed_data:  # a tenant made before the rule keeps its slug
             check_tenant_slug(slug)
         return slug
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        try:
+            check_tenant_models(
+                default_model=cleaned.get("default_model") or "",
+                allowed_models=list(cleaned.get("allowed_models") or []),
+            )
+        except ValidationError as exc:
+            self.add_error("allowed_models", exc)
+        return cleaned
 
 
 @admin.register(Tenant)
@@ -154,6 +197,7 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
     actions = ["deactivate_selected", "activate_selected"]
     fieldsets = [
         (None, {"fields": ["name", "slug", "active", "priority", "system_prompt"]}),
+        ("Models", {"fields": ["default_model", "allowed_models"]}),
         (
             "Limits (empty = no limit)",
             {

@@ -98,6 +98,7 @@ def usage_page(
         "by_tenant": _labelled(report.by_tenant, names["tenant"]) if tenant is None else [],
         "by_user": _labelled(report.by_user, names["user"]),
         "by_api_key": _labelled(report.by_api_key, names["api_key"]),
+        "by_model": [{**row, "label": row["id"] or "(not recorded)"} for row in report.by_model],
         "quotas": _quotas(tenant) if tenant is not None else [],
         "chart_data": _chart_data(report),
         "feedback": _feedback(scope),

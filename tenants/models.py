@@ -39,6 +39,19 @@ class Tenant(models.Model):
     system_prompt = models.TextField(
         blank=True, help_text="Prepended to every conversation of this tenant."
     )
+    # Models (issue #36): which model answers its members, and which others they may pick.
+    default_model = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The model that answers this tenant's members and API keys when they name "
+        "none. Empty: the deployment's default (QASSIST_MODEL).",
+    )
+    allowed_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Other models its members and API keys may ask for by name (REST's `model`, "
+        "the chat's picker). The default model is always allowed.",
+    )
     # Privacy (docs/privacy.md): without the content audit nobody reads conversations' text in
     # the admin; with it, superusers and the tenant's admins may, each reading is logged
     # (chat.ContentRead), and members see a notice in the chat.
@@ -225,6 +238,8 @@ class UsageRecord(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     cached = models.BooleanField(default=False, verbose_name="from the cache")
+    # The model that answered ("" before issue #36, or nothing was generated).
+    model = models.CharField(max_length=200, blank=True, default="")
     latency_ms = models.PositiveIntegerField(null=True, blank=True, verbose_name="latency (ms)")
     ttft_ms = models.PositiveIntegerField(
         null=True, blank=True, verbose_name="time to first token (ms)"
@@ -273,6 +288,7 @@ class UsageDaily(models.Model):
     api_key = models.ForeignKey(
         ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    model = models.CharField(max_length=200, blank=True, default="")
     # Requests people or integrations made (not rejected); background work (titles, batch
     # items) is counted apart: its tokens count, but it would distort hit rates.
     requests = models.PositiveIntegerField(default=0)

@@ -30,6 +30,52 @@ AnyUser = AbstractBaseUser | AnonymousUser
 
 # --- Tenants ---------------------------------------------------------------------------------
 
+
+class ModelNotAllowed(Exception):
+    """A tenant asked for a model it may not use (or one this deployment does not serve)."""
+
+
+def deployment_models() -> list[str]:
+    """The models this deployment may serve: QASSIST_MODEL, the default, then the others of
+    QASSIST_MODELS."""
+    return list(dict.fromkeys([str(settings.QASSIST_MODEL), *settings.QASSIST_MODELS]))
+
+
+def tenant_models(*, tenant: Tenant) -> list[str]:
+    """The models the tenant's members and keys may use, its default first. A model the
+    deployment no longer lists is left out (an admin choice outliving a settings change)."""
+    offered = deployment_models()
+    default = tenant.default_model if tenant.default_model in offered else offered[0]
+    extra = [m for m in tenant.allowed_models or [] if m in offered and m != default]
+    return [default, *dict.fromkeys(extra)]
+
+
+def tenant_model_choose(*, tenant: Tenant, requested: str = "") -> str:
+    """The model that answers a request of the tenant: its default when `requested` is empty,
+    else `requested` if the tenant may use it; ModelNotAllowed otherwise."""
+    allowed = tenant_models(tenant=tenant)
+    if not requested:
+        return allowed[0]
+    if requested not in allowed:
+        raise ModelNotAllowed(
+            f"The model '{requested}' is not available to this tenant; it may use "
+            f"{', '.join(repr(m) for m in allowed)}."
+        )
+    return requested
+
+
+def check_tenant_models(*, default_model: str, allowed_models: list[str]) -> None:
+    """Admin input: every model named must be one this deployment serves (QASSIST_MODELS),
+    else its prompts could not even be counted."""
+    offered = deployment_models()
+    unknown = [m for m in [default_model, *allowed_models] if m and m not in offered]
+    if unknown:
+        raise ValidationError(
+            f"Not served by this deployment: {', '.join(unknown)}. "
+            f"QASSIST_MODELS lists {', '.join(offered)}."
+        )
+
+
 _SLUG_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?")
 
 

@@ -109,7 +109,7 @@ def usage_rollup_day(*, day: date) -> int:
     """(Re)compute the roll-up rows of one local day; returns how many rows it wrote."""
     start, end = day_bounds(day)
     records = UsageRecord.objects.filter(created_at__gte=start, created_at__lt=end).order_by()
-    dims = ("tenant_id", "user_id", "api_key_id")
+    dims = ("tenant_id", "user_id", "api_key_id", "model")
     rows = [
         UsageDaily(day=day, **{k: row[k] for k in (*dims, *NUMBER_FIELDS)})
         for row in records.values(*dims).annotate(**_record_aggregates())
@@ -119,7 +119,7 @@ def usage_rollup_day(*, day: date) -> int:
         for row in records.filter(
             status__in=[UsageRecord.Status.REJECTED, UsageRecord.Status.ERROR]
         )
-        .values(*dims, "status", "reason")
+        .values(*dims[:3], "status", "reason")
         .annotate(count=Count("id"))
     ]
     with transaction.atomic():
@@ -191,7 +191,7 @@ class _Reader:
     at most); the live days are read once, grouped by day, tenant, user and key (a few hundred
     groups), and every breakdown of them is summed here."""
 
-    DIMS = ("tenant_id", "user_id", "api_key_id")
+    DIMS = ("tenant_id", "user_id", "api_key_id", "model")
 
     def __init__(self, scope: UsageScope) -> None:
         self.scope = scope
@@ -312,6 +312,7 @@ class UsageReport:
     by_user: list[dict[str, Any]]
     by_api_key: list[dict[str, Any]]
     reasons: list[dict[str, Any]]  # status, reason, count; most first
+    by_model: list[dict[str, Any]] = field(default_factory=list)  # "" : before issue #36
     hourly: list[dict[str, Any]] = field(default_factory=list)  # the last 48 hours
 
 
@@ -334,6 +335,7 @@ def usage_report(*, scope: UsageScope, now: datetime | None = None) -> UsageRepo
         by_user=_breakdown(reader, "user_id"),
         by_api_key=_breakdown(reader, "api_key_id"),
         reasons=_reasons(reader),
+        by_model=_breakdown(reader, "model"),
         hourly=_hourly(scope, now=now),
     )
 

@@ -91,6 +91,8 @@ class ApiError(Exception):
 
 
 def _refused(exc: Refused) -> ApiError:
+    if exc.code == "model_not_allowed":
+        return ApiError(400, exc.message, code="model_not_allowed", param="model")
     if exc.code == "prompt_too_long":
         return ApiError(400, exc.message, code="context_length_exceeded", param="messages")
     if exc.code == "quota_exceeded":

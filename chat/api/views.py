@@ -57,7 +57,10 @@ logger = logging.getLogger(__name__)
 async def models(request: HttpRequest) -> HttpResponseBase:
     from chat.api.embeddings import served_embedding_model
 
-    served = [served_model(), served_embedding_model()]  # the chat model, the embedding model
+    # The chat models being served (the default one even while no worker is up: a request for
+    # it then answers worker_down), then the embedding model.
+    chat_models = await _served_models()
+    served = [*chat_models, served_embedding_model()]
     return _json(
         schemas.ModelList(
             object="list",
@@ -68,13 +71,23 @@ async def models(request: HttpRequest) -> HttpResponseBase:
     )
 
 
+async def _served_models() -> list[str]:
+    """The chat models being served now, the default first; the default is listed even while
+    no engine serves it, so that a request for it is answered worker_down, as before #36."""
+    served = await get_engine_client().served_models()
+    default = served_model()
+    return [default, *(m for m in served if m != default)]
+
+
 @api_endpoint(methods=("POST",))
 async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     body = _parse(request)
-    if body.model != served_model():
+    served = await _served_models()
+    if body.model not in served:
         raise ApiError(
             404,
-            f"The model '{body.model}' does not exist; this server serves '{served_model()}'.",
+            f"The model '{body.model}' does not exist or is not being served; this server "
+            f"serves {', '.join(repr(m) for m in served)}.",
             code="model_not_found",
             param="model",
         )
@@ -91,6 +104,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             principal=principal,
             messages=plan.messages,
             params=params,
+            model=body.model,
             external_user=body.user or "",
             # A conversation with the integration's own instructions is another context than
             # the question alone: a curated answer is not replayed into it; nor into a reply
@@ -114,12 +128,17 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     completion_id = f"chatcmpl-{turn.session.id.hex}"
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = _sse_stream(completion_id, first, run, include_usage, turn.sources, plan)
+        answered_by = ticket.submission.model or served_model()
+        stream = _sse_stream(
+            completion_id, first, run, include_usage, turn.sources, plan, answered_by
+        )
         response = EventStreamResponse(stream)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # proxies must not hold the stream back
         return response
-    return await _whole(completion_id, first, run, turn.sources, plan)
+    return await _whole(
+        completion_id, first, run, turn.sources, plan, ticket.submission.model or served_model()
+    )
 
 
 @api_endpoint(methods=("GET",))
@@ -134,7 +153,7 @@ async def completion_detail(request: HttpRequest, completion_id: str) -> HttpRes
             id=completion_id,
             object="chat.completion",
             created=int(reply.created_at.timestamp()),
-            model=served_model(),
+            model=reply.model or served_model(),
             choices=[
                 schemas.Choice(
                     index=0,
@@ -369,6 +388,7 @@ async def _whole(
     run: AsyncGenerator[Event | Checked, None],
     sources: list[dict[str, Any]],
     plan: CompletionPlan,
+    model_name: str,
 ) -> HttpResponseBase:
     parts: list[str] = []
     logprobs: list[dict[str, Any]] | None = [] if plan.logprobs is not None else None
@@ -402,7 +422,7 @@ async def _whole(
             id=completion_id,
             object="chat.completion",
             created=int(time.time()),
-            model=served_model(),
+            model=model_name,
             choices=[
                 schemas.Choice(
                     index=0,
@@ -428,6 +448,7 @@ async def _sse_stream(
     include_usage: bool,
     sources: list[dict[str, Any]],
     plan: CompletionPlan,
+    model_name: str,
 ) -> AsyncGenerator[bytes, None]:
     created = int(time.time())
     text: list[str] = []
@@ -448,7 +469,7 @@ async def _sse_stream(
             id=completion_id,
             object="chat.completion.chunk",
             created=created,
-            model=served_model(),
+            model=model_name,
             choices=[
                 schemas.ChunkChoice(
                     index=0, delta=delta, finish_reason=finish, logprobs=_logprobs(logprobs)
@@ -516,7 +537,7 @@ async def _sse_stream(
                             id=completion_id,
                             object="chat.completion.chunk",
                             created=created,
-                            model=served_model(),
+                            model=model_name,
                             choices=[],
                             usage=_usage(
                                 event.prompt_tokens, event.completion_tokens, event.cached_tokens

@@ -31,10 +31,13 @@ class HangingEngine:
         yield Delta(sub.request_id, f"answer to {text}")
         yield Done(sub.request_id, "stop", 3, 2)
 
+    async def served_models(self) -> list[str]:
+        return []
+
     async def cancel(self, request_id: str) -> None:
         pass
 
-    def at_capacity(self) -> bool:
+    def at_capacity(self, model: str = "") -> bool:
         return False  # its refusals come from the engine path
 
     async def health(self) -> dict[str, object]:

@@ -356,10 +356,13 @@ class RefusingClient:
     async def generate(self, sub: Submission) -> AsyncIterator[Event]:
         yield Failed(sub.request_id, self.code, "not now", retry_after=7.0)
 
+    async def served_models(self) -> list[str]:
+        return []
+
     async def cancel(self, request_id: str) -> None:
         pass
 
-    def at_capacity(self) -> bool:
+    def at_capacity(self, model: str = "") -> bool:
         return False  # its refusals come from the engine path
 
     async def health(self) -> dict[str, Any]:
@@ -390,7 +393,7 @@ class FullClient(RefusingClient):
     def __init__(self) -> None:
         super().__init__("internal")  # never reached
 
-    def at_capacity(self) -> bool:
+    def at_capacity(self, model: str = "") -> bool:
         return True
 
 

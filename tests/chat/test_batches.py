@@ -51,10 +51,13 @@ class FakeEngine:
         yield Delta(rid, text)
         yield Done(rid, "stop", 10, 4, ttft_ms=123)
 
+    async def served_models(self) -> list[str]:
+        return []
+
     async def cancel(self, request_id: str) -> None:
         pass
 
-    def at_capacity(self) -> bool:
+    def at_capacity(self, model: str = "") -> bool:
         return False  # its refusals come from the engine path
 
     async def health(self):

@@ -317,10 +317,13 @@ class RecordingClient:
         for event in self.events(sub.request_id):
             yield event
 
+    async def served_models(self) -> list[str]:
+        return []
+
     async def cancel(self, request_id: str) -> None:
         pass
 
-    def at_capacity(self) -> bool:
+    def at_capacity(self, model: str = "") -> bool:
         return False  # its refusals come from the engine path
 
     async def health(self):

@@ -375,6 +375,7 @@ def test_the_messages_endpoint_returns_what_is_stored(member: User, tenant: Tena
         "status",
         "finish_reason",
         "served_from_cache",
+        "model",  # the model that wrote a reply (issue #36); "" for a question
         "error",
         "prompt_tokens",
         "completion_tokens",
@@ -709,7 +710,7 @@ def test_the_counter_says_so_when_the_model_is_not_installed(
 ) -> None:
     from chat import admission
 
-    def missing() -> None:
+    def missing(model: str = "") -> None:
         raise FileNotFoundError("models/x.gguf")
 
     monkeypatch.setattr(admission, "get_prompt_counter", missing)

@@ -153,3 +153,28 @@ def test_an_interruption_of_the_factory_is_recorded_then_raised_again(
     assert client.load_error == interruption.__name__
     assert not client.alive
     assert thread_exceptions == [interruption]  # still what ends the thread
+
+
+def test_a_stop_while_the_model_loads_keeps_the_engine_from_starting() -> None:
+    # Found with two real engines (issue #36): stop() during the load found no worker to
+    # stop; the engine then served on and stop() waited for it forever.
+    loading = threading.Event()
+    release = threading.Event()
+
+    def slow_factory() -> Engine:
+        loading.set()
+        release.wait(5)
+        return make_engine(FakeRunner())
+
+    client = LocalEngineClient(slow_factory)
+    client.start()
+    assert loading.wait(5)
+    stopper = threading.Thread(target=client.stop, kwargs={"timeout": 5, "exit": print})
+    stopper.start()
+    release.set()
+    stopper.join(10)
+
+    assert not stopper.is_alive()
+    assert client.worker is not None
+    assert client.worker.finished.is_set()  # the engine loop ran no further
+    assert not client.alive

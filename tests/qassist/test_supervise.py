@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from qassist.supervise import Backoff, ProcfileError, Supervisor, parse_procfile
+from qassist.supervise import (
+    Backoff,
+    ProcfileError,
+    Supervisor,
+    parse_procfile,
+    worker_per_model,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,6 +81,24 @@ def test_a_procfile_is_read_as_named_commands_skipping_comments() -> None:
 def test_a_malformed_procfile_is_refused_with_the_reason(text: str, problem: str) -> None:
     with pytest.raises(ProcfileError, match=problem):
         parse_procfile(text)
+
+
+def test_several_models_run_the_worker_once_each_with_its_model() -> None:
+    entries = parse_procfile(
+        "web: daphne qassist.asgi:application\nworker: python manage.py run_inference_worker\n"
+    )
+
+    assert worker_per_model(entries, ["qwen2.5-coder-0.5b", " qwen2.5-coder-1.5b"]) == [
+        ("web", "daphne qassist.asgi:application"),
+        ("worker-1", "python manage.py run_inference_worker --model qwen2.5-coder-0.5b"),
+        ("worker-2", "python manage.py run_inference_worker --model qwen2.5-coder-1.5b"),
+    ]
+    assert worker_per_model(entries, [""]) == entries  # MODELS unset: one worker, as before
+
+
+def test_models_without_a_worker_process_are_refused() -> None:
+    with pytest.raises(ProcfileError, match="no process is named 'worker'"):
+        worker_per_model(parse_procfile("web: daphne x\n"), ["a", "b"])
 
 
 def test_the_backoff_doubles_up_to_its_maximum() -> None:

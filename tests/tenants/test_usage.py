@@ -399,3 +399,48 @@ def test_api_keys_of_the_tenant_label_the_key_table(admin_client, tenant):
     response = admin_client.get(reverse("admin:tenants_tenant_usage", args=[tenant.pk]))
     labels = [row["label"] for row in response.context["by_api_key"]]
     assert labels == [str(ApiKey.objects.get())]
+
+
+@pytest.mark.parametrize("rolled", [False, True], ids=["live", "rolled-up"])
+def test_tokens_are_split_by_the_model_that_answered(tenant, people, rolled):
+    users, _keys = people
+    for days_ago in (1, 2):
+        for model, prompt, completion in (
+            ("qwen2.5-coder-0.5b", 100, 20),
+            ("qwen2.5-coder-1.5b", 300, 40),
+            ("qwen2.5-coder-1.5b", 5, 1),
+        ):
+            UsageRecord.objects.create(
+                tenant=tenant,
+                user=users[0],
+                model=model,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                created_at=local_noon(days_ago),
+            )
+    if rolled:
+        rollup_usage()
+
+    report = usage.usage_report(scope=scope_for(tenant))
+
+    split = {row["id"]: (row["requests"], row["total_tokens"]) for row in report.by_model}
+    assert split == {"qwen2.5-coder-1.5b": (4, 2 * 346), "qwen2.5-coder-0.5b": (2, 2 * 120)}
+    assert next(row["id"] for row in report.by_model) == "qwen2.5-coder-1.5b"  # most first
+    assert report.totals["total_tokens"] == 2 * 466
+
+
+def test_the_usage_page_shows_the_split_by_model(admin_client, tenant, people):
+    users, _keys = people
+    UsageRecord.objects.create(
+        tenant=tenant, user=users[0], model="qwen2.5-coder-1.5b", prompt_tokens=1234
+    )
+    UsageRecord.objects.create(tenant=tenant, user=users[0], prompt_tokens=5)  # before #36
+
+    response = admin_client.get(reverse("admin:tenants_tenant_usage", args=[tenant.pk]))
+
+    page = response.content.decode()
+    assert "<h2>Per model</h2>" in page
+    table = page.split('class="usage-table usage-model"')[1].split("</table>")[0]
+    assert "<td>qwen2.5-coder-1.5b</td>" in table
+    assert "<td>1,234</td>" in table
+    assert "<td>(not recorded)</td>" in table

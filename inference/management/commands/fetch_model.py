@@ -54,7 +54,11 @@ class Command(BaseCommand):
         except modelstore.ModelStoreError as exc:
             raise CommandError(str(exc)) from None
         except KeyboardInterrupt:
-            raise CommandError("interrupted; no partial file was left", returncode=130) from None
+            raise CommandError(
+                "interrupted; no partial file was left (the parts of a model in parts that "
+                "were fetched whole are kept: run it again to resume)",
+                returncode=130,
+            ) from None
         self._report(spec, result, time.monotonic() - started)
 
     def _report(

@@ -10,7 +10,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from inference.service import build_engine
+from inference.modelstore import UnknownModelError
+from inference.service import build_engine, default_model
 from inference.transport import RedisWorkerTransport
 from inference.worker import EngineWorker, stop_on_signals
 
@@ -28,6 +29,13 @@ class Command(BaseCommand):
             help="On SIGTERM, seconds running replies get to finish before they end with an error.",
         )
         parser.add_argument("--worker-id", default=None, help="Name in health reports.")
+        parser.add_argument(
+            "--model",
+            default=None,
+            help="The model this worker serves, a registry name or a .gguf path (default: "
+            "QASSIST_MODEL). It takes only the requests for that model: run one worker per "
+            "model to serve several.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not settings.REDIS_URL:
@@ -35,9 +43,10 @@ class Command(BaseCommand):
                 "REDIS_URL is not set. Without Redis the engine runs inside the web process "
                 "(embedded mode) and no separate worker is needed."
             )
+        model: str = options["model"] or default_model()
         try:
-            engine = build_engine()
-        except FileNotFoundError as exc:
+            engine = build_engine(model)
+        except (FileNotFoundError, UnknownModelError) as exc:
             raise CommandError(str(exc)) from exc
         transport = RedisWorkerTransport(
             settings.REDIS_URL,
@@ -46,6 +55,7 @@ class Command(BaseCommand):
             aging=settings.QASSIST_QUEUE_AGING_SECONDS,
             affinity=settings.QASSIST_CONVERSATION_AFFINITY_SECONDS,
             heartbeat_timeout=settings.QASSIST_WORKER_HEARTBEAT_SECONDS,
+            model=model,
         )
         worker = EngineWorker(engine, transport, stall_after=settings.QASSIST_ENGINE_STALL_SECONDS)
         # SIGTERM and Ctrl-C stop the worker even while a step is stuck in llama.cpp.
@@ -58,7 +68,8 @@ class Command(BaseCommand):
                 f"{settings.QASSIST_TTFT_TARGET_SECONDS:g} s)"
             )
         self.stdout.write(
-            f"inference worker {transport.worker_id}: {engine.runner.n_seq_max} sequences, "
+            f"inference worker {transport.worker_id} ({model}): "
+            f"{engine.runner.n_seq_max} sequences, "
             f"{engine.runner.n_ctx} KV cells, up to {engine.runner.max_seq_tokens} tokens each, "
             + floor
         )

@@ -102,6 +102,8 @@ export function updateAssistant(el, m, live) {
   const parts = [];
   if (m.served_from_cache) {
     parts.push(badge("cached", "cached answer", "A prepared answer from your administrators; the model was not asked."));
+  } else if (m.model) {
+    parts.push(badge("model", m.model, "The model that wrote this reply."));
   }
   if (m.status === "interrupted") {
     const [text, why] = INTERRUPTED[m.finish_reason] || ["cut off", "The reply ended before its end; the text so far is kept."];

@@ -7,7 +7,13 @@ import { clearNotice, noticeCountdown, showNotice } from "./notices.js";
 import { data, els, state, urlFor } from "./page.js";
 import { handleFrame, subscribe } from "./replies.js";
 
+// The frames that start a reply carry the model picked for it (issue #36), where the tenant
+// offers more than one; the conversation remembers the pick.
+const MODEL_FRAMES = new Set(["chat.send", "chat.regenerate", "chat.edit"]);
+
 export function sendFrame(frame) {
+  const picker = document.getElementById("model-select");
+  if (picker && MODEL_FRAMES.has(frame.type)) frame = { ...frame, model: picker.value };
   if (!state.ws || state.ws.readyState !== WebSocket.OPEN) {
     showNotice("warn", "Not connected right now. Your text is kept; send it once the connection is back.", [], "offline-send");
     return false;

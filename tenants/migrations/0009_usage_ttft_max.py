@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tenants', '0007_tenant_groups_and_key_scope'),
+        ('tenants', '0008_tenant_models'),
     ]
 
     operations = [

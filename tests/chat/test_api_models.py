@@ -1,0 +1,142 @@
+"""REST with several models (issue #36): `model` is honoured within what the tenant allows,
+each model answered by its own engine (fake runners that sign with their model's name)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import AsyncClient
+from pytest_django import Settings
+
+from chat.api import schemas
+from chat.models import Message
+from inference.local import LocalEngineClient, RoutedEngineClient
+from inference.service import set_engine_client, set_prompt_counter
+from tenants.models import ApiKey, Tenant, UsageRecord
+from tests.chat.test_api import error_of, headers, post
+from tests.fakes import FakeCounter, FakeRunner, make_engine
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SMALL = "smollm2-135m"  # the settings' default model
+LARGE = "qwen2.5-coder-1.5b"
+
+
+def signed(model: str, prompt: str) -> str:
+    return f"{model}: {prompt}"
+
+
+@pytest.fixture
+def runners(settings: Settings) -> Iterator[dict[str, FakeRunner]]:
+    """Both models served, an engine each, as embedded mode runs QASSIST_MODELS."""
+    settings.QASSIST_MODEL = SMALL
+    settings.QASSIST_MODELS = [SMALL, LARGE]
+    runners = {m: FakeRunner(reply_for=functools.partial(signed, m)) for m in (SMALL, LARGE)}
+    clients = {
+        m: LocalEngineClient(functools.partial(make_engine, r), model=m) for m, r in runners.items()
+    }
+    client = RoutedEngineClient(clients, SMALL)
+    client.start()
+    set_engine_client(client)
+    set_prompt_counter(FakeCounter(runners[SMALL]))
+    set_prompt_counter(FakeCounter(runners[LARGE]), model=LARGE)
+    yield runners
+    set_engine_client(None)
+    set_prompt_counter(None)
+    for local in clients.values():
+        local.stop(timeout=0)
+
+
+def ask(content: str, model: str) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": content}]}
+
+
+def allow(tenant: Tenant, *, default: str = "", others: list[str] | None = None) -> None:
+    tenant.default_model = default
+    tenant.allowed_models = others or []
+    tenant.save()
+
+
+async def test_models_lists_every_model_being_served(
+    runners: dict[str, FakeRunner], api_key: tuple[ApiKey, str]
+) -> None:
+    response = await AsyncClient().get("/v1/models", headers=headers(api_key[1]))
+
+    ids = [m.id for m in schemas.ModelList.model_validate(response.json()).data]
+    assert ids[:2] == [SMALL, LARGE]  # the default first, then the embedding model
+
+
+async def test_a_tenant_allowed_the_large_model_gets_it_when_it_asks(
+    runners: dict[str, FakeRunner], api_key: tuple[ApiKey, str], tenant: Tenant
+) -> None:
+    await sync_to_async(allow)(tenant, others=[LARGE])
+
+    large = await post(api_key[1], ask("hi", LARGE))
+    small = await post(api_key[1], ask("hello", SMALL))
+
+    assert large.status_code == 200, large.content
+    body = schemas.ChatCompletion.model_validate(large.json())
+    assert body.model == LARGE
+    assert body.choices[0].message.content == f"{LARGE}: hi"
+    assert list(runners[LARGE].prompts.values()) == ["hi"]
+    assert schemas.ChatCompletion.model_validate(small.json()).model == SMALL
+    assert list(runners[SMALL].prompts.values()) == ["hello"]
+
+
+async def test_a_model_the_tenant_may_not_use_is_a_400_and_runs_nothing(
+    runners: dict[str, FakeRunner], api_key: tuple[ApiKey, str]
+) -> None:
+    response = await post(api_key[1], ask("hi", LARGE))
+
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["code"] == "model_not_allowed"
+    assert error["param"] == "model"
+    assert f"'{LARGE}' is not available to this tenant" in error["message"]
+    assert runners[LARGE].prompts == {}
+
+
+async def test_a_model_nobody_serves_is_a_404_naming_what_is_served(
+    runners: dict[str, FakeRunner], api_key: tuple[ApiKey, str]
+) -> None:
+    response = await post(api_key[1], ask("hi", "qwen2.5-coder-7b"))
+
+    assert response.status_code == 404
+    error = error_of(response)
+    assert error["code"] == "model_not_found"
+    assert f"'{SMALL}', '{LARGE}'" in error["message"]
+
+
+async def test_a_tenant_whose_default_is_the_large_model_may_still_be_refused_the_small(
+    runners: dict[str, FakeRunner], api_key: tuple[ApiKey, str], tenant: Tenant
+) -> None:
+    await sync_to_async(allow)(tenant, default=LARGE)
+
+    large = await post(api_key[1], ask("hi", LARGE))
+    small = await post(api_key[1], ask("hi", SMALL))
+
+    assert large.status_code == 200
+    assert small.status_code == 400
+    assert error_of(small)["code"] == "model_not_allowed"
+
+
+async def test_the_reply_and_its_usage_record_name_the_model_that_answered(
+    runners: dict[str, FakeRunner], api_key: tuple[ApiKey, str], tenant: Tenant
+) -> None:
+    await sync_to_async(allow)(tenant, others=[LARGE])
+
+    response = await post(api_key[1], ask("hi", LARGE))
+    completion_id = response.json()["id"]
+    detail = await AsyncClient().get(
+        f"/v1/chat/completions/{completion_id}", headers=headers(api_key[1])
+    )
+
+    reply = await sync_to_async(Message.objects.get)(role="assistant")
+    record = await sync_to_async(UsageRecord.objects.get)()
+    assert reply.model == LARGE
+    assert record.model == LARGE
+    assert detail.json()["model"] == LARGE
