@@ -269,7 +269,12 @@ def test_a_down_voted_answer_shows_what_it_cited_and_if_it_was_warned_without_th
     turn = rated(a, tenant, "Hotel cap in Paris for Dave?", "EUR 200 [1].", "down", "wrong")
     Passage.objects.create(message=turn.user_message, number=1, title="Handbook", where="Travel")
     Passage.objects.create(message=turn.user_message, number=2, title="Old rules", where="p. 3")
-    Message.objects.filter(id=turn.reply.id).update(evidence={"verdict": "unsupported"})
+    # Warned, yet resting on passage 1 for part of what it says (a quote from it); the model's
+    # own "[n]" with no quote is no citation (knowledge.turns.mark_cited).
+    quote = {"text": "The hotel cap per night is EUR 160.", "start": 0, "end": 35}
+    Message.objects.filter(id=turn.reply.id).update(
+        evidence={"verdict": "unsupported", "quotes": {"1": [quote]}}
+    )
     other = rated(b, tenant, "Parking for Dave?", "Nothing on it.", "down", "not_helpful")
     Message.objects.filter(id=other.user_message.id).update(grounding="none_found")
 
