@@ -64,7 +64,9 @@ def test_a_tenant_admin_adds_a_folder_source_and_an_employee_gets_an_answer_from
     done = b.wait_for_frame("reply.done")["reply"]
     reply = page.locator(f'#messages .msg-assistant[data-id="{done["id"]}"]:not(.streaming)')
     reply.locator(".sources").wait_for()
-    source = reply.locator(".source", has_text="Parking")
+    # By its number: another source's passage may mention parking too.
+    number = next(s["number"] for s in done["sources"] if s["title"] == "Parking")
+    source = reply.locator(f'.source[data-number="{number}"]')
     if source.is_hidden():
         reply.locator(".sources-more").click()
     source.locator("summary").click()
