@@ -193,6 +193,17 @@ def get_engine_client() -> EngineClient:
         return _client
 
 
+def started_engine_client() -> EngineClient | None:
+    """The process's engine client without starting an engine: the one made already, or (in
+    Redis mode, where making one loads no model) a new one. None in embedded mode before the
+    engine was started: a status page must never be what loads the model."""
+    with _lock:
+        client = _client
+    if client is None and engine_mode() == "redis":
+        return get_engine_client()
+    return client
+
+
 def set_engine_client(client: EngineClient | None) -> None:
     """Swap the process's client (tests use a fake runner behind a local client)."""
     global _client

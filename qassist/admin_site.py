@@ -7,7 +7,8 @@ listed under "Other", never hidden. Permissions are the model admins' own: a sec
 the entries the person may see, and a section with none is left out.
 
 The site replaces Django's default one (`qassist.apps.QassistAdminConfig`), so every
-`@admin.register` and every `admin:` URL name stays as it was.
+`@admin.register` and every `admin:` URL name stays as it was. Its index is the home: a
+dashboard of the tenants in scope above the sections (`qassist.dashboard`).
 """
 
 from __future__ import annotations
@@ -217,3 +218,10 @@ class QassistAdminSite(admin.AdminSite):
         if app_label is not None:  # one app's own page (/admin/<app_label>/): Django's
             return apps
         return group_app_list(request, apps)
+
+    def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        """The home: a dashboard of the tenants in this person's scope above the sections
+        (qassist.dashboard), or what to do for a staff account that runs no tenant."""
+        from qassist.dashboard import admin_home
+
+        return super().index(request, {**admin_home(request), **(extra_context or {})})

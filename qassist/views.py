@@ -111,6 +111,12 @@ async def _engine() -> Part:
         health = await asyncio.wait_for(get_engine_client().health(), ENGINE_TIMEOUT)
     except Exception as exc:
         return _failure(exc, ENGINE_TIMEOUT)
+    return engine_verdict(health)
+
+
+def engine_verdict(health: Any) -> Part:
+    """The engine's health report as /healthz judges it (the admin's home shows the same
+    verdict): ok only when it says so and not every engine is stuck in one step."""
     if not isinstance(health, dict):
         return {"ok": False, "error": f"unexpected health report: {health!r}"}
     part = {**health, "ok": bool(health.get("ok"))}

@@ -340,6 +340,18 @@ def usage_report(*, scope: UsageScope, now: datetime | None = None) -> UsageRepo
     )
 
 
+def usage_by_tenant(*, tenants: QuerySet[Tenant] | None, day: date) -> dict[int, dict[str, Any]]:
+    """One local day's numbers per tenant (`summary`), for the admin's home: the same sums as
+    the usage pages. Tenants without any use that day are absent."""
+    reader = _Reader(UsageScope(tenants=tenants, start=day, end=day))
+    return {key[0]: summary(numbers) for key, numbers in reader.grouped(("tenant_id",)).items()}
+
+
+def no_usage() -> dict[str, Any]:
+    """`summary` of a tenant, user or key without any use: zeros, and no TTFT."""
+    return summary(_zero())
+
+
 def _breakdown(reader: _Reader, dim: str) -> list[dict[str, Any]]:
     rows = [{"id": key[0], **summary(numbers)} for key, numbers in reader.grouped((dim,)).items()]
     rows.sort(key=lambda row: (-row["total_tokens"], -row["requests"], str(row["id"])))

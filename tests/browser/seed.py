@@ -314,8 +314,8 @@ def _seed_knowledge(acme: Any, bob: Any, password: str) -> dict[str, Any]:
 
 
 def _seed_admin(acme: Any, beta: Any, people: list[Any], password: str) -> dict[str, Any]:
-    """A tenant admin of acme (the superuser `root` is made above), 30 days of usage and
-    recurring questions."""
+    """A tenant admin of acme (the superuser `root` is made above), a staff account without a
+    tenant, 30 days of usage and recurring questions."""
     from django.contrib.auth.models import User
     from django.utils import timezone
 
@@ -326,6 +326,8 @@ def _seed_admin(acme: Any, beta: Any, people: list[Any], password: str) -> dict[
 
     carol = User.objects.create_user("carol", "carol@example.com", password, is_staff=True)
     Membership.objects.create(user=carol, tenant=acme, role=Membership.Role.ADMIN)
+    # Staff without any tenant: the admin's home tells them what to do (issue #31 point 9).
+    User.objects.create_user("sam", "sam@example.com", password, is_staff=True)
     acme.daily_token_quota = 200_000  # room left: the chat UI tests chat as acme members
     acme.monthly_token_quota = 1_500_000
     acme.save()
