@@ -53,7 +53,7 @@ def main() -> None:
 
     from chat import admission
     from chat.models import CachedReply
-    from chat.services import default_sampling
+    from chat.services.sampling import default_sampling
     from inference.service import get_prompt_counter
     from inference.types import ChatMessage
     from tenants.limits import Limiter, set_limiter

@@ -24,9 +24,10 @@ import redis
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from chat import services
 from chat.models import CachedReply
-from chat.services import Turn, TurnPlan
+from chat.services.api import api_prepare, api_turn_start, check_api_messages
+from chat.services.cached_lookup import cached_reply_lookup
+from chat.services.turns import Turn, TurnPlan, turn_model, turn_start
 from inference import metrics
 from inference.service import PromptCounter, get_engine_client, get_prompt_counter
 from inference.types import ChatMessage, SamplingParams
@@ -267,7 +268,7 @@ def _admit(
     cached = None
     if cacheable and not background:
         matched = cache_conversation if cache_conversation is not None else conversation
-        cached = services.cached_reply_lookup(
+        cached = cached_reply_lookup(
             tenant=tenant, conversation=list(matched), reader=reader_for_principal(principal)
         )
     without_model = cached is not None or canned_answer is not None
@@ -354,7 +355,7 @@ def turn_begin(
     its session. `model`: what the user picked (None: what the conversation remembers, else
     the tenant's default); a pick is remembered by the conversation."""
     session_id = str(plan.session.id) if plan.session is not None else ""
-    asked, picked = services.turn_model(plan=plan, picked=model)
+    asked, picked = turn_model(plan=plan, picked=model)
     ticket = admit(
         principal=principal,
         conversation=plan.conversation,
@@ -365,7 +366,7 @@ def turn_begin(
         model=asked,
     )
     try:
-        turn = services.turn_start(plan=plan, model=ticket.submission.model, remember_model=picked)
+        turn = turn_start(plan=plan, model=ticket.submission.model, remember_model=picked)
     except BaseException:
         settle(ticket=ticket, usage=Usage(0, 0))
         raise
@@ -384,8 +385,8 @@ def api_begin(
 ) -> tuple[Turn, Ticket]:
     """Admit a REST request, then store it as a conversation of its API key."""
     assert principal.api_key is not None
-    messages = services.check_api_messages(messages)
-    conversation, passages, plain = services.api_prepare(
+    messages = check_api_messages(messages)
+    conversation, passages, plain = api_prepare(
         tenant=principal.tenant, messages=messages, reader=reader_for_principal(principal)
     )
     canned = None
@@ -401,7 +402,7 @@ def api_begin(
         model=model,
     )
     try:
-        turn = services.api_turn_start(
+        turn = api_turn_start(
             tenant=ticket.tenant,
             api_key_id=principal.api_key.pk,
             messages=messages,

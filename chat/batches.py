@@ -38,9 +38,10 @@ from django.db import close_old_connections, transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from chat import services
 from chat.cached_replies import drafts_waiting
 from chat.models import Batch, BatchItem
+from chat.services.api import api_conversation, check_api_messages
+from chat.services.checks import ChatError
 from inference.types import ChatMessage, Delta, Done, Failed, SamplingParams
 from tenants.models import ApiKey, Tenant, UsageRecord
 from tenants.services import Principal, api_key_status
@@ -92,8 +93,8 @@ def batch_create(
         )
     for i, request in enumerate(requests):
         try:
-            services.check_api_messages(request.messages)
-        except services.ChatError as error:
+            check_api_messages(request.messages)
+        except ChatError as error:
             raise BatchError(
                 error.code, f"Request {i}: {error.message}", param=f"requests[{i}]"
             ) from None
@@ -346,7 +347,7 @@ async def _run_item(batch: Batch, item: BatchItem, stop: asyncio.Event) -> None:
     principal = Principal(tenant=batch.tenant, api_key=batch.api_key)
     messages = [ChatMessage(m["role"], m["content"]) for m in item.messages]
     params = SamplingParams.from_dict(item.params)
-    conversation = services.api_conversation(tenant=batch.tenant, messages=messages)
+    conversation = api_conversation(tenant=batch.tenant, messages=messages)
     try:
         ticket = await database_sync_to_async(admission.admit)(
             principal=principal,

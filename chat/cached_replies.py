@@ -2,9 +2,9 @@
 recurring first questions, drafting answers with the model. CSV import and export:
 `chat.cached_reply_csv`.
 
-The lookup on the hot path is `chat.services.cached_reply_lookup`; the index behind it is
-`chat.cache`, matching by the keys of `chat.question_keys`. Admin views and actions, and Celery
-tasks, call these functions.
+The lookup on the hot path is `chat.services.cached_lookup.cached_reply_lookup`; the index
+behind it is `chat.cache`, matching by the keys of `chat.question_keys`. Admin views and
+actions, and Celery tasks, call these functions.
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ def candidate_draft_answer(*, candidate_id: int) -> CachedReplyCandidate:
     """Ask the model for an answer at background priority (only on spare sequences, after every
     reply people wait for) and store it as a draft for review. The text is saved as it grows
     (every DRAFT_PROGRESS_SECONDS), so the candidate's page shows the draft being written."""
-    from chat.services import default_sampling
+    from chat.services.sampling import default_sampling
     from inference.service import get_engine_client
     from inference.worker import Submission
 

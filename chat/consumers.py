@@ -28,10 +28,19 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import Http404
 
-from chat import admission, replies, services
+from chat import admission, replies
 from chat.admission import Refused
 from chat.replies import ReplyRun
-from chat.services import ChatError, TurnPlan
+from chat.services.checks import ChatError, check_session_id
+from chat.services.replies import reply_streaming_id
+from chat.services.sampling import default_sampling
+from chat.services.sessions import session_get
+from chat.services.turns import (
+    TurnPlan,
+    turn_prepare_edit,
+    turn_prepare_regenerate,
+    turn_prepare_send,
+)
 from qassist.json_input import JsonInputError, parse_json
 from signin import services as signin_services
 from tenants.models import Tenant
@@ -249,8 +258,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def _on_send(self, content: dict[str, Any]) -> None:
         self._check_idle()
-        session_id = services.check_session_id(content.get("session"))
-        plan = await database_sync_to_async(services.turn_prepare_send)(
+        session_id = check_session_id(content.get("session"))
+        plan = await database_sync_to_async(turn_prepare_send)(
             user=self.user,
             tenant=self.tenant,
             session_id=session_id,
@@ -261,7 +270,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def _on_regenerate(self, content: dict[str, Any]) -> None:
         self._check_idle()
         session_id = self._required_session(content)
-        plan = await database_sync_to_async(services.turn_prepare_regenerate)(
+        plan = await database_sync_to_async(turn_prepare_regenerate)(
             user=self.user, tenant=self.tenant, session_id=session_id
         )
         await self._begin(plan, content.get("model"))
@@ -269,7 +278,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def _on_edit(self, content: dict[str, Any]) -> None:
         self._check_idle()
         session_id = self._required_session(content)
-        plan = await database_sync_to_async(services.turn_prepare_edit)(
+        plan = await database_sync_to_async(turn_prepare_edit)(
             user=self.user,
             tenant=self.tenant,
             session_id=session_id,
@@ -286,10 +295,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if raw in (None, "") and run is not None:
             run.request_stop()
             return
-        session_id = services.check_session_id(raw)
+        session_id = check_session_id(raw)
         if session_id is None:
             return
-        session = await database_sync_to_async(services.session_get)(
+        session = await database_sync_to_async(session_get)(
             user=self.user, session_id=session_id, tenant=self.tenant
         )
         replies.stop_session(session_id=str(session.id))
@@ -298,10 +307,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         """Watch a conversation: its replies' frames from now on, and, if one is being
         written, the whole of it so far first (`reply.resume`)."""
         session_id = self._required_session(content)
-        session = await database_sync_to_async(services.session_get)(
+        session = await database_sync_to_async(session_get)(
             user=self.user, session_id=session_id, tenant=self.tenant
         )
-        streaming = await database_sync_to_async(services.reply_streaming_id)(session=session)
+        streaming = await database_sync_to_async(reply_streaming_id)(session=session)
         # One step, no await: the snapshot and the deltas after it join exactly.
         resume = replies.watch(watcher=self, session_id=str(session.id))
         if resume is not None:
@@ -316,7 +325,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     @staticmethod
     def _required_session(content: dict[str, Any]) -> Any:
-        session_id = services.check_session_id(content.get("session"))
+        session_id = check_session_id(content.get("session"))
         if session_id is None:
             raise ChatError("not_found", "No such conversation.")
         return session_id
@@ -328,7 +337,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         turn, ticket = await database_sync_to_async(admission.turn_begin)(
             plan=plan,
             principal=Principal(tenant=self.tenant, user=self.user),
-            params=services.default_sampling(),
+            params=default_sampling(),
             model=model,
         )
         # Watch the conversation before its reply starts: reply.start is its first frame.

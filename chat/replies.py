@@ -38,12 +38,21 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from chat import admission, services
+from chat import admission
 from chat.admission import Refused, Ticket
 from chat.citing import Checked, with_citations
 from chat.keepalive import keep_reply_alive
 from chat.models import Message
-from chat.services import Turn
+from chat.services.replies import (
+    message_data,
+    reply_finish,
+    reply_outcome,
+    reply_save_progress,
+    usage_record_background,
+)
+from chat.services.sampling import title_sampling
+from chat.services.titles import clean_title, session_set_generated_title, title_request
+from chat.services.turns import Turn
 from inference.service import get_engine_client
 from inference.types import Delta, Done, Event, Failed, FinishReason, Queued
 from knowledge.turns import mark_cited
@@ -170,10 +179,10 @@ class ReplyRun:
                     "type": "reply.start",
                     "session": {"id": str(self.turn.session.id), "title": self.turn.session.title},
                     "session_created": self.turn.session_created,
-                    "user_message": services.message_data(
+                    "user_message": message_data(
                         self.turn.user_message, self.turn.versions.get(self.turn.user_message.id)
                     ),
-                    "reply": services.message_data(
+                    "reply": message_data(
                         self.turn.reply,
                         self.turn.versions.get(self.reply_id),
                         sources=self.turn.sources,
@@ -185,9 +194,7 @@ class ReplyRun:
             # In the same step as reply.done: a follow-up sent the instant it arrives is free
             # to start (the title below is background work that never holds the connection).
             self.finished = True
-            self.publish(
-                {"type": "reply.done", "reply": services.message_data(message, sources=sources)}
-            )
+            self.publish({"type": "reply.done", "reply": message_data(message, sources=sources)})
             guard.cancel()
             if (
                 self.turn.session_created
@@ -243,7 +250,7 @@ class ReplyRun:
                         deltas += 1
                         if time.monotonic() - last_save >= SAVE_EVERY_SECONDS:
                             last_save = time.monotonic()
-                            await database_sync_to_async(services.reply_save_progress)(
+                            await database_sync_to_async(reply_save_progress)(
                                 reply_id=reply_id, content="".join(self.parts)
                             )
                     elif isinstance(event, Checked):
@@ -256,9 +263,9 @@ class ReplyRun:
                     elif isinstance(event, Done):
                         usage.prompt_tokens = event.prompt_tokens
                         usage.completion_tokens = event.completion_tokens
-                        outcome = services.reply_outcome(event)
+                        outcome = reply_outcome(event)
                     elif isinstance(event, Failed):
-                        outcome = services.reply_outcome(event)
+                        outcome = reply_outcome(event)
                         self.publish(
                             _error_frame(event.code, event.message, reply_id, event.retry_after)
                         )
@@ -292,7 +299,7 @@ class ReplyRun:
                     outcome.setdefault("prompt_tokens", usage.prompt_tokens)
                     outcome.setdefault("completion_tokens", usage.completion_tokens)
                 message: Message = await asyncio.shield(
-                    database_sync_to_async(services.reply_finish)(
+                    database_sync_to_async(reply_finish)(
                         reply_id=reply_id,
                         content="".join(self.parts),
                         latency_ms=round((time.monotonic() - started) * 1000),
@@ -349,7 +356,7 @@ class ReplyRun:
     async def _stream_cached(self, answer: str, started: float, *, from_cache: bool) -> Message:
         for i in range(0, len(answer), CACHED_CHUNK_CHARS):
             self._delta(answer[i : i + CACHED_CHUNK_CHARS])
-        message: Message = await database_sync_to_async(services.reply_finish)(
+        message: Message = await database_sync_to_async(reply_finish)(
             reply_id=self.reply_id,
             content=answer,
             finish_reason="stop",
@@ -367,8 +374,8 @@ class ReplyRun:
         try:
             ticket = await database_sync_to_async(admission.admit)(
                 principal=Principal(tenant=self.tenant, user=self.user),
-                conversation=services.title_request(first_message=turn.user_message.content),
-                params=services.title_sampling(),
+                conversation=title_request(first_message=turn.user_message.content),
+                params=title_sampling(),
                 background=True,
                 cacheable=False,
             )
@@ -385,17 +392,17 @@ class ReplyRun:
                 elif isinstance(event, Failed):
                     usage.prompt_tokens = usage.completion_tokens = 0
                     return
-            await database_sync_to_async(services.usage_record_background)(
+            await database_sync_to_async(usage_record_background)(
                 session_id=turn.session.id,
                 prompt_tokens=usage.prompt_tokens or 0,
                 completion_tokens=usage.completion_tokens or 0,
                 model=ticket.submission.model,
             )
         # Off the event loop: the language models load on first use (about a second).
-        title = await sync_to_async(services.clean_title, thread_sensitive=False)(
+        title = await sync_to_async(clean_title, thread_sensitive=False)(
             "".join(parts), question=turn.user_message.content
         )
-        changed = await database_sync_to_async(services.session_set_generated_title)(
+        changed = await database_sync_to_async(session_set_generated_title)(
             session_id=turn.session.id, title=title, replaces=turn.session.title
         )
         if changed:
@@ -435,7 +442,7 @@ class ReplyRun:
     def snapshot(self) -> dict[str, Any]:
         """The whole reply so far, for a socket that joins mid-reply; deltas after it carry
         offsets from `offset` on."""
-        reply = services.message_data(
+        reply = message_data(
             self.turn.reply, self.turn.versions.get(self.reply_id), sources=self.turn.sources
         )
         reply["content"] = "".join(self.parts)

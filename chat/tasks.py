@@ -7,17 +7,19 @@ import threading
 from celery import shared_task
 from django.db import close_old_connections, transaction
 
-from chat import batches, cached_replies, cached_reply_csv, services
+from chat import batches, cached_replies, cached_reply_csv
+from chat.services.replies import replies_interrupt_stale
 from inference.service import engine_mode
 
 
 @shared_task
 def interrupt_stale_replies() -> int:
     """Scheduled every 30 s by beat: replies a dead web process left 'streaming' (not written
-    to for services.STALE_STREAM_SECONDS) end as interrupted, their text kept. Returns how many
-    were marked. A reply cut by a dead inference worker does not wait for this: its web process
-    hears `worker_down` as soon as the worker's heartbeat lapses and ends it at once."""
-    return services.replies_interrupt_stale()
+    to for chat.services.replies.STALE_STREAM_SECONDS) end as interrupted, their text kept.
+    Returns how many were marked. A reply cut by a dead inference worker does not wait for
+    this: its web process hears `worker_down` as soon as the worker's heartbeat lapses and ends
+    it at once."""
+    return replies_interrupt_stale()
 
 
 @shared_task

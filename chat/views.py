@@ -28,9 +28,18 @@ from django.templatetags.static import static
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chat import admission, services
+from chat import admission
 from chat.models import ChatSession
-from chat.services import ChatError
+from chat.services import sessions as chat_sessions
+from chat.services.branches import branch_data, branch_switch
+from chat.services.checks import MAX_MESSAGE_CHARS, ChatError, check_session_id
+from chat.services.instructions import (
+    MAX_INSTRUCTIONS_CHARS,
+    custom_instructions_get,
+    custom_instructions_set,
+    instructions_tokens,
+)
+from chat.services.turns import draft_conversations
 from feedback.services import messages_with_feedback
 from knowledge import services as knowledge
 from knowledge.access import reader_for_user
@@ -127,7 +136,7 @@ def _current_membership(request: HttpRequest) -> Membership | None:
 
 
 def _own_session(request: HttpRequest, session_id: uuid.UUID) -> ChatSession:
-    return services.session_get(user=_user(request), session_id=session_id)
+    return chat_sessions.session_get(user=_user(request), session_id=session_id)
 
 
 def _payload(request: HttpRequest) -> dict[str, Any]:
@@ -156,7 +165,7 @@ def session_data(session: ChatSession) -> dict[str, Any]:
 
 def _visible_messages(session: ChatSession, user: User) -> list[dict[str, Any]]:
     """The branch shown, each reply with the user's own rating of it (feedback)."""
-    return messages_with_feedback(user=user, messages=services.branch_data(session=session))
+    return messages_with_feedback(user=user, messages=branch_data(session=session))
 
 
 # --- pages -----------------------------------------------------------------------------------
@@ -176,7 +185,7 @@ def conversation(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
     try:
         session = _own_session(request, session_id)
     except Http404:
-        session = services.archived_session_get(user=_user(request), session_id=session_id)
+        session = chat_sessions.archived_session_get(user=_user(request), session_id=session_id)
     membership = _current_membership(request)
     if membership is None or membership.tenant_id != session.tenant_id:
         # A conversation of the user's other tenant: open it there, if they are still in it.
@@ -192,7 +201,7 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
     membership = _current_membership(request)
     if membership is None:
         return render(request, "chat/no_tenant.html", status=403)
-    sessions = services.sessions_for_user(user=user, tenant=membership.tenant)
+    sessions = chat_sessions.sessions_for_user(user=user, tenant=membership.tenant)
     knowledge_info = knowledge.knowledge_summary(
         tenant=membership.tenant,
         reader=reader_for_user(user=_user(request), tenant=membership.tenant),
@@ -227,7 +236,7 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
             "login": reverse("login"),
         },
         "placeholderId": str(PLACEHOLDER_ID),
-        "maxMessageChars": services.MAX_MESSAGE_CHARS,
+        "maxMessageChars": MAX_MESSAGE_CHARS,
         "knowledge": knowledge_info,
         "attachments": (
             [attachment_data(d) for d in knowledge.session_attachments(session_id=session.id)]
@@ -235,8 +244,8 @@ def _chat_page(request: HttpRequest, session: ChatSession | None) -> HttpRespons
             else []
         ),
         "maxFileBytes": int(settings.QASSIST_KNOWLEDGE_MAX_FILE_MB) * 1024 * 1024,
-        "instructions": services.custom_instructions_get(user_id=user.pk),
-        "maxInstructionsChars": services.MAX_INSTRUCTIONS_CHARS,
+        "instructions": custom_instructions_get(user_id=user.pk),
+        "maxInstructionsChars": MAX_INSTRUCTIONS_CHARS,
         "tenantName": membership.tenant.name,
     }
     context = {
@@ -279,7 +288,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
     membership = _current_membership(request)
     if membership is None:
         return _json_error("no_tenant", "You are not a member of any active tenant.", 403)
-    sessions = services.sessions_for_user(
+    sessions = chat_sessions.sessions_for_user(
         user=_user(request), tenant=membership.tenant, query=query, archived=archived
     )
     return JsonResponse({"sessions": [session_data(s) for s in sessions[:SIDEBAR_SESSIONS]]})
@@ -305,7 +314,7 @@ def session_rename(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
         raise BadRequest("invalid_title", "Give the new title as text.")
     if len(title.strip()) > MAX_TITLE_CHARS:
         raise BadRequest("invalid_title", f"A title holds at most {MAX_TITLE_CHARS} characters.")
-    session = services.session_rename(session=session, title=title)
+    session = chat_sessions.session_rename(session=session, title=title)
     return JsonResponse({"session": session_data(session)})
 
 
@@ -313,7 +322,7 @@ def session_rename(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
 @require_POST
 def session_archive(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
     session = _own_session(request, session_id)
-    services.session_archive(session=session)
+    chat_sessions.session_archive(session=session)
     return JsonResponse({"archived": True, "id": str(session.id)})
 
 
@@ -322,8 +331,8 @@ def session_archive(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse
 def session_pin(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
     """`{"pinned": true}` pins the conversation to the top of the list; false unpins it."""
     session = _own_session(request, session_id)
-    pinned = services.check_pinned(_payload(request).get("pinned"))
-    session = services.session_pin(session=session, pinned=pinned)
+    pinned = chat_sessions.check_pinned(_payload(request).get("pinned"))
+    session = chat_sessions.session_pin(session=session, pinned=pinned)
     return JsonResponse({"session": session_data(session)})
 
 
@@ -334,12 +343,10 @@ def custom_instructions(request: HttpRequest) -> HttpResponse:
     saved, read by the model from the next message on, in all their conversations."""
     user = _user(request)
     if request.method == "POST":
-        text = services.custom_instructions_set(
-            user=user, text=_payload(request).get("instructions")
-        )
+        text = custom_instructions_set(user=user, text=_payload(request).get("instructions"))
     else:
-        text = services.custom_instructions_get(user_id=user.pk)
-    return JsonResponse({"instructions": text, "limit": services.MAX_INSTRUCTIONS_CHARS})
+        text = custom_instructions_get(user_id=user.pk)
+    return JsonResponse({"instructions": text, "limit": MAX_INSTRUCTIONS_CHARS})
 
 
 @json_endpoint
@@ -355,17 +362,17 @@ def draft_measure(request: HttpRequest) -> HttpResponse:
     content = payload.get("content")
     if not isinstance(content, str):
         raise BadRequest("invalid_message", "Give the message as text.")
-    session_id = services.check_session_id(payload.get("session"))
-    in_session, alone = services.draft_conversations(
+    session_id = check_session_id(payload.get("session"))
+    in_session, alone = draft_conversations(
         user=_user(request), tenant=membership.tenant, session_id=session_id, content=content
     )
     try:
         room = admission.measure(in_session)
         fits_alone = room.fits if session_id is None else admission.measure(alone).fits
-        instructions = services.instructions_tokens(user=_user(request))
+        instructions = instructions_tokens(user=_user(request))
     except FileNotFoundError:  # no model (so no vocabulary) on this server: nothing to count
         return _json_error("worker_down", "The model is not installed on this server.", 503)
-    message_ok = len(content) <= services.MAX_MESSAGE_CHARS
+    message_ok = len(content) <= MAX_MESSAGE_CHARS
     return JsonResponse(
         {
             "tokens": room.tokens,
@@ -373,7 +380,7 @@ def draft_measure(request: HttpRequest) -> HttpResponse:
             "chars": room.chars,
             "char_limit": room.char_limit,
             "message_chars": len(content),
-            "message_char_limit": services.MAX_MESSAGE_CHARS,
+            "message_char_limit": MAX_MESSAGE_CHARS,
             "fits": room.fits and message_ok,
             "fits_alone": fits_alone and message_ok,
             "instructions_tokens": instructions,
@@ -389,7 +396,7 @@ def session_branch(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
     membership = _current_membership(request)
     if membership is None:
         return _json_error("no_tenant", "You are not a member of any active tenant.", 403)
-    session = services.branch_switch(
+    session = branch_switch(
         user=_user(request),
         tenant=membership.tenant,
         session_id=session_id,
@@ -403,8 +410,8 @@ def session_branch(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
 @json_endpoint
 @require_POST
 def session_restore(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
-    session = services.archived_session_get(user=_user(request), session_id=session_id)
-    session = services.session_restore(session=session)
+    session = chat_sessions.archived_session_get(user=_user(request), session_id=session_id)
+    session = chat_sessions.session_restore(session=session)
     return JsonResponse({"session": session_data(session)})
 
 
@@ -412,8 +419,8 @@ def session_restore(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse
 @require_POST
 def session_delete(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse:
     """Delete an archived conversation and its messages for good (the page asked first)."""
-    session = services.archived_session_get(user=_user(request), session_id=session_id)
-    messages = services.session_delete(session=session)
+    session = chat_sessions.archived_session_get(user=_user(request), session_id=session_id)
+    messages = chat_sessions.session_delete(session=session)
     return JsonResponse({"deleted": True, "id": str(session_id), "messages": messages})
 
 
@@ -477,16 +484,16 @@ def session_documents(request: HttpRequest, session_id: uuid.UUID) -> HttpRespon
     membership = _membership_or_404(request, "No such conversation.")
     if request.method == "GET":
         try:
-            session = services.session_get(
+            session = chat_sessions.session_get(
                 user=user, session_id=session_id, tenant=membership.tenant
             )
         except Http404:  # an archived conversation lists its files too (read-only)
-            session = services.archived_session_get(user=user, session_id=session_id)
+            session = chat_sessions.archived_session_get(user=user, session_id=session_id)
             if session.tenant_id != membership.tenant_id:
                 raise
         documents = knowledge.session_attachments(session_id=session.id)
         return JsonResponse({"documents": [attachment_data(d) for d in documents]})
-    session = services.session_get(user=user, session_id=session_id, tenant=membership.tenant)
+    session = chat_sessions.session_get(user=user, session_id=session_id, tenant=membership.tenant)
     upload = _uploaded_file(request)
     document = knowledge.attachment_upload(
         user=user, tenant=membership.tenant, session_id=session.id, upload=upload
@@ -506,7 +513,7 @@ def attachment_new_chat(request: HttpRequest) -> HttpResponse:
     upload = _uploaded_file(request)
     with transaction.atomic():
         title = knowledge.title_from_filename(upload.filename)
-        session = services.session_create(user=user, tenant=membership.tenant, title=title)
+        session = chat_sessions.session_create(user=user, tenant=membership.tenant, title=title)
         document = knowledge.attachment_upload(
             user=user, tenant=membership.tenant, session_id=session.id, upload=upload
         )

@@ -24,7 +24,7 @@ from chat.api.endpoint import (
     api_endpoint,
     api_json,
 )
-from chat.services import ChatError
+from chat.services.checks import ChatError
 from feedback import services
 from feedback.models import Feedback
 

@@ -25,12 +25,14 @@ from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from chat import services as chat
 from chat.cached_replies import candidate_promote
 from chat.content_audit import owner_name, readable_tenants
 from chat.models import CachedReply, CachedReplyCandidate, ChatSession, ContentRead, Message
 from chat.question_keys import normalize_question
-from chat.services import ChatError
+from chat.services.api import api_completion_get
+from chat.services.checks import ChatError
+from chat.services.replies import message_data
+from chat.services.sessions import session_get
 from feedback.models import Feedback
 from knowledge.access import PUBLIC, reader_for_api_key, reader_for_user
 from tenants.models import ApiKey, Tenant
@@ -103,7 +105,7 @@ def _own_reply(*, user: User, tenant: Tenant, message_id: int) -> Message:
     )
     if reply is None:
         raise Http404("No such reply.")
-    chat.session_get(user=user, session_id=reply.session_id, tenant=tenant)
+    session_get(user=user, session_id=reply.session_id, tenant=tenant)
     return reply
 
 
@@ -155,7 +157,7 @@ def feedback_completion_set(
     rests on; one per completion, replaced by the next)."""
     api_key = ApiKey.objects.filter(pk=api_key_id, tenant=tenant).first() if api_key_id else None
     reader = reader_for_api_key(api_key=api_key) if api_key is not None else PUBLIC
-    session, reply = chat.api_completion_get(tenant=tenant, session_id=session_id, reader=reader)
+    session, reply = api_completion_get(tenant=tenant, session_id=session_id, reader=reader)
     feedback = _upsert(
         reply=reply, tenant_id=tenant.pk, user=None, rating=rating, api_key_id=api_key_id
     )
@@ -180,8 +182,8 @@ def feedback_by_reply(*, user: User, message_ids: Iterable[int]) -> dict[int, di
 
 
 def messages_with_feedback(*, user: User, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Message objects (chat.services.message_data) with `feedback` on each reply: the user's
-    rating of that version, or null."""
+    """Message objects (chat.services.replies.message_data) with `feedback` on each reply: the
+    user's rating of that version, or null."""
     replies = [m["id"] for m in messages if m.get("role") == Message.Role.ASSISTANT]
     given = feedback_by_reply(user=user, message_ids=replies) if replies else {}
     for m in messages:
@@ -672,7 +674,7 @@ def feedback_promote(
     if candidate.promoted_to_id is not None:
         assert candidate.promoted_to is not None
         return candidate.promoted_to, False
-    sources = chat.message_data(reply).get("sources") or []
+    sources = message_data(reply).get("sources") or []
     promoted = candidate_promote(
         candidate=candidate, user=user, answer=reply.content, sources=sources
     )

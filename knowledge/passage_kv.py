@@ -40,7 +40,7 @@ def passage_source(known: Mapping[str, int]) -> list[PassageSet]:
                 live.append(body)
                 if chunk.session_id is None:
                     warm.append(body)
-            # The opening a question about them starts with (chat.services.system_messages,
+            # The opening a question about them starts with (chat.services.turns.system_messages,
             # without a person's own instructions).
             opening = (ChatMessage("system", turns.system_prompt(tenant=tenant)),)
             sets.append(

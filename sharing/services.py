@@ -26,8 +26,10 @@ from django.db import transaction
 from django.http import Http404
 from django.utils import timezone
 
-from chat import services as chat
 from chat.models import ChatSession, Message
+from chat.services.branches import branch_data
+from chat.services.checks import ChatError
+from chat.services.sessions import session_create, session_get
 from knowledge.access import reader_for_user
 from knowledge.models import Document
 from knowledge.turns import NONE_FOUND
@@ -44,7 +46,7 @@ def _snapshot(session: ChatSession) -> list[dict[str, Any]]:
     documents (never from a file attached to the conversation, which a colleague may not
     read), its support check's verdict and the claims it warned about."""
     kept = []
-    branch = chat.branch_data(session=session)
+    branch = branch_data(session=session)
     audiences = _audiences([s.get("document_id") for m in branch for s in m.get("sources") or []])
     for m in branch:
         if m["status"] == Message.Status.STREAMING or (
@@ -159,13 +161,13 @@ def _shared_document(document_id: object) -> bool:
 @transaction.atomic
 def share_create(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> SharedConversation:
     """A new snapshot link of the user's own live conversation, as it is now."""
-    session = chat.session_get(user=user, session_id=session_id, tenant=tenant)
+    session = session_get(user=user, session_id=session_id, tenant=tenant)
     messages = _snapshot(session)
     if not messages:
-        raise chat.ChatError("nothing_to_share", "There is nothing in this conversation yet.")
+        raise ChatError("nothing_to_share", "There is nothing in this conversation yet.")
     live = SharedConversation.objects.filter(session=session, revoked_at__isnull=True)
     if live.count() >= MAX_SHARES_PER_CONVERSATION:
-        raise chat.ChatError(
+        raise ChatError(
             "too_many_shares",
             f"This conversation has {MAX_SHARES_PER_CONVERSATION} links already: revoke one.",
         )
@@ -180,7 +182,7 @@ def share_create(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> Shared
 
 def shares_of(*, user: User, tenant: Tenant, session_id: uuid.UUID) -> list[SharedConversation]:
     """The links of the user's own conversation that still open, newest first."""
-    session = chat.session_get(user=user, session_id=session_id, tenant=tenant)
+    session = session_get(user=user, session_id=session_id, tenant=tenant)
     return list(SharedConversation.objects.filter(session=session, revoked_at__isnull=True))
 
 
@@ -233,10 +235,8 @@ def share_continue(*, user: User, share_id: uuid.UUID) -> ChatSession:
     while kept and kept[-1].get("role") != Message.Role.ASSISTANT:
         kept.pop()
     if not kept:
-        raise chat.ChatError(
-            "nothing_to_continue", "There is nothing in this snapshot to continue."
-        )
-    session = chat.session_create(user=user, tenant=share.tenant, title=share.title)
+        raise ChatError("nothing_to_continue", "There is nothing in this snapshot to continue.")
+    session = session_create(user=user, tenant=share.tenant, title=share.title)
     parent: Message | None = None
     for message in kept:
         question = message.get("role") == Message.Role.USER

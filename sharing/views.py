@@ -21,7 +21,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from chat import services as chat
+from chat.services.checks import ChatError
+from chat.services.sessions import archived_session_get, session_get
 from chat.views import _current_membership, _user, json_endpoint
 from knowledge.services import content_disposition
 from sharing import services
@@ -52,9 +53,9 @@ def export_markdown(request: HttpRequest, session_id: uuid.UUID) -> HttpResponse
     """The conversation as the page shows it, as Markdown (an archived one too)."""
     user = _user(request)
     try:
-        session = chat.session_get(user=user, session_id=session_id)
+        session = session_get(user=user, session_id=session_id)
     except Http404:
-        session = chat.archived_session_get(user=user, session_id=session_id)
+        session = archived_session_get(user=user, session_id=session_id)
     response = HttpResponse(
         services.conversation_markdown(session=session),
         content_type="text/markdown; charset=utf-8",
@@ -103,6 +104,6 @@ def share_continue(request: HttpRequest, share_id: uuid.UUID) -> HttpResponse:
     """Continue a snapshot in one's own chats: the copy opens, ready for the next question."""
     try:
         session = services.share_continue(user=_user(request), share_id=share_id)
-    except chat.ChatError as error:
+    except ChatError as error:
         return HttpResponse(error.message, status=400, content_type="text/plain; charset=utf-8")
     return redirect("chat:conversation", session_id=session.id)

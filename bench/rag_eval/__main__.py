@@ -294,7 +294,8 @@ def ask_all(
     the product checks replies."""
     from django.contrib.auth.models import User
 
-    from chat import services
+    from chat.services.replies import reply_finish
+    from chat.services.turns import turn_prepare_send, turn_start
     from inference.types import ChatMessage
     from knowledge import answerability, citations, support
     from knowledge.evidence import figures
@@ -344,11 +345,11 @@ def ask_all(
                     session_id = None
                 started = time.perf_counter()
                 signals_ms.pop("last", None)
-                plan = services.turn_prepare_send(
+                plan = turn_prepare_send(
                     user=user, tenant=tenant, session_id=session_id, content=q["question"]
                 )
                 elapsed = (time.perf_counter() - started) * 1000
-                turn = services.turn_start(plan=plan)
+                turn = turn_start(plan=plan)
                 sessions[q["id"]] = (turn.session.id, user)
                 given = Passage.objects.filter(message=turn.user_message).select_related("document")
                 files = [p.document.filename for p in given if p.document is not None]
@@ -415,7 +416,7 @@ def ask_all(
                     shown = checked.replacement if checked.replacement else shown + checked.suffix
                 elif key in canned:
                     evidence = turn.reply.evidence or None
-                services.reply_finish(
+                reply_finish(
                     reply_id=turn.reply.id,
                     content=shown or "…",
                     finish_reason="stop",

@@ -237,7 +237,7 @@ class BatchAdmin(TenantScopedAdmin[Batch]):
             raise PermissionDenied
         form = BatchSubmitForm(request.POST or None, tenants=admin_tenants(request))
         if request.method == "POST" and form.is_valid():
-            from chat.services import default_sampling
+            from chat.services.sampling import default_sampling
 
             params = default_sampling()
             if form.cleaned_data["max_tokens"]:

@@ -13,7 +13,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
-from chat import services
 from chat.admin.shared import ReadOnlyRecordAdmin, readable_ids, reader
 from chat.content_audit import content_read_record, content_search_record
 from chat.models import (
@@ -21,6 +20,9 @@ from chat.models import (
     ContentRead,
     Message,
 )
+from chat.services.checks import ChatError
+from chat.services.replies import reply_streaming_id
+from chat.services.sessions import session_delete
 from tenants.admin_scope import is_tenant_admin, tenant_filter
 from tenants.models import Tenant
 
@@ -93,8 +95,8 @@ class MessageInline(admin.TabularInline[Message, ChatSession]):
 @admin.register(ChatSession)
 class ChatSessionAdmin(ContentSearchMixin, ReadOnlyRecordAdmin[ChatSession]):
     """Conversations as records: who, when, how much; the text only under a content audit.
-    Deleting follows the chat's own rule (services.session_delete): archived conversations
-    only, never while a reply is being written."""
+    Deleting follows the chat's own rule (chat.services.sessions.session_delete): archived
+    conversations only, never while a reply is being written."""
 
     tenant_admin_can_delete = True
     change_form_template = "admin/chat/chatsession/change_form.html"
@@ -205,13 +207,13 @@ class ChatSessionAdmin(ContentSearchMixin, ReadOnlyRecordAdmin[ChatSession]):
         return HttpResponseRedirect(reverse("admin:chat_chatsession_changelist"))
 
     def delete_model(self, request: HttpRequest, obj: ChatSession) -> None:
-        services.session_delete(session=obj)  # re-checks, under the row lock
+        session_delete(session=obj)  # re-checks, under the row lock
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ChatSession]) -> None:
         for session in queryset:
             try:
-                services.session_delete(session=session)
-            except services.ChatError as error:
+                session_delete(session=session)
+            except ChatError as error:
                 self.message_user(request, f"{session}: {error.message}", messages.WARNING)
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
@@ -248,7 +250,7 @@ def _why_not_deletable(session: ChatSession) -> str:
             "Only an archived conversation can be deleted: its owner archives it first "
             "(the chat's own rule)."
         )
-    if services.reply_streaming_id(session=session) is not None:
+    if reply_streaming_id(session=session) is not None:
         return "A reply is still being written in this conversation: try again once it ends."
     return ""
 

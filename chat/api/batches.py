@@ -38,7 +38,7 @@ from chat.api.endpoint import (
 from chat.api.views import _sampling
 from chat.batches import BatchError, BatchRequest
 from chat.models import Batch, BatchItem
-from chat.services import ChatError
+from chat.services.checks import ChatError
 from inference.service import engine_mode
 from qassist.json_input import JsonInputError, parse_json
 from tenants.services import Principal

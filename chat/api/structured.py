@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chat.api import schemas, tools
-from chat.services import ChatError
+from chat.services.checks import ChatError
 from inference.constraints import (
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,

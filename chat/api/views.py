@@ -23,7 +23,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from pydantic import ValidationError
 
-from chat import admission, services
+from chat import admission
 from chat.admission import Refused, Ticket
 from chat.api import schemas, structured, tools
 from chat.api.endpoint import (
@@ -43,7 +43,11 @@ from chat.api.endpoint import (
 from chat.api.structured import CompletionPlan
 from chat.citing import Checked, with_citations
 from chat.keepalive import keep_reply_alive
-from chat.services import ChatError, Turn
+from chat.services.api import api_completion_for
+from chat.services.checks import ChatError
+from chat.services.replies import message_data, reply_finish, reply_outcome
+from chat.services.sampling import default_sampling
+from chat.services.turns import Turn
 from inference.service import get_engine_client
 from inference.types import Delta, Done, Event, Failed, Queued, SamplingParams
 from knowledge.turns import mark_cited
@@ -143,11 +147,11 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
 
 @api_endpoint(methods=("GET",))
 async def completion_detail(request: HttpRequest, completion_id: str) -> HttpResponseBase:
-    _session, reply = await database_sync_to_async(services.api_completion_for)(
+    _session, reply = await database_sync_to_async(api_completion_for)(
         principal=_principal(request), session_id=_session_id(completion_id)
     )
     usage = _usage(reply.prompt_tokens, reply.completion_tokens, 0)
-    sources = await database_sync_to_async(services.message_data)(reply)
+    sources = await database_sync_to_async(message_data)(reply)
     return _json(
         schemas.ChatCompletion(
             id=completion_id,
@@ -171,7 +175,7 @@ async def completion_detail(request: HttpRequest, completion_id: str) -> HttpRes
 
 @api_endpoint(methods=("GET",))
 async def completion_messages(request: HttpRequest, completion_id: str) -> HttpResponseBase:
-    session, reply = await database_sync_to_async(services.api_completion_for)(
+    session, reply = await database_sync_to_async(api_completion_for)(
         principal=_principal(request), session_id=_session_id(completion_id)
     )
     stored = await database_sync_to_async(
@@ -237,7 +241,7 @@ def _parse(request: HttpRequest) -> schemas.ChatCompletionRequest:
 
 
 def _sampling(body: schemas.ChatCompletionRequest) -> SamplingParams:
-    default = services.default_sampling()
+    default = default_sampling()
     max_tokens = body.max_completion_tokens or body.max_tokens or default.max_tokens
     return SamplingParams(
         max_tokens=max_tokens,
@@ -325,9 +329,9 @@ async def _run(
                     elif isinstance(event, Done):
                         usage.prompt_tokens = event.prompt_tokens
                         usage.completion_tokens = event.completion_tokens
-                        outcome = services.reply_outcome(event)
+                        outcome = reply_outcome(event)
                     elif isinstance(event, Failed):
-                        outcome = services.reply_outcome(event)
+                        outcome = reply_outcome(event)
                     yield event  # a place in line too: a stream tells it as a comment
         finally:
             keep_alive.cancel()
@@ -337,7 +341,7 @@ async def _run(
             outcome.setdefault("prompt_tokens", usage.prompt_tokens)
             outcome.setdefault("completion_tokens", usage.completion_tokens)
             await asyncio.shield(
-                database_sync_to_async(services.reply_finish)(
+                database_sync_to_async(reply_finish)(
                     reply_id=reply_id,
                     content="".join(parts),
                     latency_ms=round((time.monotonic() - started) * 1000),

@@ -1,7 +1,7 @@
 """A record of what was said is read-only in the admin, for everyone: no message or
 conversation is added or edited there, and a conversation is deleted only as the chat itself
-allows (chat.services.session_delete: archived, no reply being written); a message only with
-its conversation."""
+allows (chat.services.sessions.session_delete: archived, no reply being written); a message only
+with its conversation."""
 
 from __future__ import annotations
 

@@ -13,10 +13,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from chat import cached_replies, cached_reply_csv, services
+from chat import cached_replies, cached_reply_csv
 from chat.cache import CachedReplyIndex, LocalVersion, RedisVersion
 from chat.models import CachedReply, CachedReplyCandidate, Message
 from chat.question_keys import normalize_question
+from chat.services.cached_lookup import cached_reply_lookup
+from chat.services.replies import reply_finish
+from chat.services.turns import message_send
 from inference.service import set_engine_client
 from inference.types import ChatMessage, Delta, Done, Event, Failed
 from inference.worker import Submission
@@ -32,7 +35,7 @@ def ask(tenant, *questions):
         if conversation:
             conversation.append(ChatMessage("assistant", "…"))
         conversation.append(ChatMessage("user", question))
-    return services.cached_reply_lookup(tenant=tenant, conversation=conversation)
+    return cached_reply_lookup(tenant=tenant, conversation=conversation)
 
 
 def cached(tenant=None, question="What is the VPN address?", answer="vpn.acme.example", **kw):
@@ -244,8 +247,8 @@ def test_testing_a_phrase_explains_why_nothing_answers(tenant):
 
 
 def answer(user, tenant, question, *, session_id=None, served_from_cache=False, reason="stop"):
-    turn = services.message_send(user=user, tenant=tenant, session_id=session_id, content=question)
-    services.reply_finish(
+    turn = message_send(user=user, tenant=tenant, session_id=session_id, content=question)
+    reply_finish(
         reply_id=turn.reply.id,
         content=f"model says: {question}",
         finish_reason=reason,
@@ -587,13 +590,13 @@ def test_a_tenant_admins_import_does_not_set_hits_or_who_made_a_reply(
 def test_stored_messages_do_not_change_when_a_reply_is_served(member, tenant):
     # The lookup's result is shared by the process: serving it must not need to change it.
     reply = cached(tenant=tenant)
-    turn = services.message_send(
+    turn = message_send(
         user=member, tenant=tenant, session_id=None, content="What is the VPN address?"
     )
-    found = services.cached_reply_lookup(tenant=tenant, conversation=turn.conversation)
+    found = cached_reply_lookup(tenant=tenant, conversation=turn.conversation)
     assert found is not None
     assert found == reply
-    services.reply_finish(
+    reply_finish(
         reply_id=turn.reply.id, content=found.answer, finish_reason="stop", served_from_cache=True
     )
     assert Message.objects.get(id=turn.reply.id).served_from_cache

@@ -16,8 +16,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
-from chat import services
 from chat.models import CachedReply, ChatSession, Message
+from chat.services.branches import branch_switch
 from inference.local import LocalEngineClient
 from inference.service import set_engine_client
 from inference.speed import MIN_STEPS
@@ -424,7 +424,7 @@ async def test_the_model_sees_only_the_chosen_branch(
     await socket.send_json_to({"type": "chat.edit", "session": session_id, "content": "uno"})
     await until_done(socket)
     # Back to the first version, then on from there.
-    await database_sync_to_async(services.branch_switch)(
+    await database_sync_to_async(branch_switch)(
         user=member,
         tenant=tenant,
         session_id=uuid.UUID(session_id),

@@ -18,8 +18,9 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from chat import services
 from chat.models import Message
+from chat.services import replies
+from chat.services.replies import STALE_STREAM_SECONDS, replies_interrupt_stale
 from inference.service import set_engine_client
 from inference.transport import RedisEngineClient
 from tenants.models import Tenant
@@ -90,7 +91,7 @@ async def test_a_reply_waiting_in_the_queue_is_kept_alive_so_the_sweep_leaves_it
     tenant: Tenant,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(services, "REPLY_KEEPALIVE_SECONDS", 0.05)
+    monkeypatch.setattr(replies, "REPLY_KEEPALIVE_SECONDS", 0.05)
     script = {"first": "w" * 400, "second": "then me"}
     use_engine(FakeRunner(n_seq_max=1, step_delay=0.01, reply_for=script.__getitem__))
     first, second = await connected_as(member), await connected_as(owner)
@@ -105,13 +106,13 @@ async def test_a_reply_waiting_in_the_queue_is_kept_alive_so_the_sweep_leaves_it
 
     @database_sync_to_async
     def age() -> None:
-        long_ago = timezone.now() - timedelta(seconds=services.STALE_STREAM_SECONDS + 30)
+        long_ago = timezone.now() - timedelta(seconds=STALE_STREAM_SECONDS + 30)
         Message.objects.filter(id=reply_id).update(updated_at=long_ago)
 
     await age()
     # Still waiting: the keepalive touches it again before the sweep looks.
     await _wait_until_touched(reply_id)
-    swept = await database_sync_to_async(services.replies_interrupt_stale)()
+    swept = await database_sync_to_async(replies_interrupt_stale)()
     assert swept == 0
     assert (await stored(reply_id)).status == Message.Status.STREAMING
 
@@ -124,7 +125,7 @@ async def test_a_reply_waiting_in_the_queue_is_kept_alive_so_the_sweep_leaves_it
 
 
 async def _wait_until_touched(reply_id: int) -> None:
-    threshold = timedelta(seconds=services.STALE_STREAM_SECONDS)
+    threshold = timedelta(seconds=STALE_STREAM_SECONDS)
     for _ in range(200):
         message = await stored(reply_id)
         if message.updated_at > timezone.now() - threshold:
@@ -143,7 +144,7 @@ async def test_a_rest_reply_waiting_and_streaming_is_kept_alive_too(
     would look orphaned to the sweep while it is still being generated."""
     from tests.chat.test_api import ask, post
 
-    monkeypatch.setattr(services, "REPLY_KEEPALIVE_SECONDS", 0.05)
+    monkeypatch.setattr(replies, "REPLY_KEEPALIVE_SECONDS", 0.05)
     engine = use_engine(FakeRunner(n_seq_max=1, step_delay=0.01, reply_for=lambda _: "z" * 300))
     response = await post(api_key[1], ask("long", stream=True))
     assert response.status_code == 200
@@ -153,10 +154,10 @@ async def test_a_rest_reply_waiting_and_streaming_is_kept_alive_too(
     reply_id = await database_sync_to_async(
         lambda: Message.objects.get(role=Message.Role.ASSISTANT, status="streaming").id
     )()
-    long_ago = timezone.now() - timedelta(seconds=services.STALE_STREAM_SECONDS + 30)
+    long_ago = timezone.now() - timedelta(seconds=STALE_STREAM_SECONDS + 30)
     await database_sync_to_async(Message.objects.filter(id=reply_id).update)(updated_at=long_ago)
     await _wait_until_touched(reply_id)
-    assert await database_sync_to_async(services.replies_interrupt_stale)() == 0
+    assert await database_sync_to_async(replies_interrupt_stale)() == 0
 
     rest = b"".join([chunk async for chunk in stream])
     assert b"[DONE]" in rest

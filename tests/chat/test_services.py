@@ -4,9 +4,19 @@ import pytest
 from django.http import Http404
 from django.utils import timezone
 
-from chat import services
 from chat.models import CachedReply, Message
-from chat.services import ChatError
+from chat.services.branches import branch_data, branch_messages, branch_switch
+from chat.services.cached_lookup import cached_reply_lookup
+from chat.services.checks import ChatError
+from chat.services.replies import STALE_STREAM_SECONDS, reply_finish, reply_save_progress
+from chat.services.sessions import archived_session_get, session_archive, session_delete
+from chat.services.titles import TITLE_CHARS, clean_title, session_set_generated_title
+from chat.services.turns import (
+    conversation_for,
+    message_edit_last,
+    message_regenerate,
+    message_send,
+)
 from inference.types import ChatMessage
 from tenants.models import UsageRecord
 
@@ -14,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 
 def send(user, tenant, content="Hello there", session_id=None):
-    return services.message_send(user=user, tenant=tenant, session_id=session_id, content=content)
+    return message_send(user=user, tenant=tenant, session_id=session_id, content=content)
 
 
 def test_a_first_message_creates_a_titled_session_and_a_streaming_reply(member, tenant):
@@ -27,7 +37,7 @@ def test_a_first_message_creates_a_titled_session_and_a_streaming_reply(member, 
 
 def test_a_long_first_message_gets_a_short_title(member, tenant):
     turn = send(member, tenant, "word " * 50)
-    assert len(turn.session.title) <= services.TITLE_CHARS + 1
+    assert len(turn.session.title) <= TITLE_CHARS + 1
     assert turn.session.title.endswith("…")
 
 
@@ -48,14 +58,14 @@ def test_the_conversation_starts_with_the_tenants_system_prompt(member, tenant):
 
 def test_a_follow_up_carries_the_history_but_not_failed_replies(member, tenant):
     first = send(member, tenant, "one")
-    services.reply_finish(reply_id=first.reply.id, content="", finish_reason="error", error="boom")
+    reply_finish(reply_id=first.reply.id, content="", finish_reason="error", error="boom")
     second = send(member, tenant, "two", session_id=first.session.id)
     assert [m.content for m in second.conversation] == ["one", "two"]
 
 
 def test_someone_elses_session_is_not_found(member, outsider, tenant, other_tenant):
     turn = send(member, tenant)
-    services.reply_finish(reply_id=turn.reply.id, content="hi", finish_reason="stop")
+    reply_finish(reply_id=turn.reply.id, content="hi", finish_reason="stop")
     with pytest.raises(Http404):
         send(outsider, other_tenant, "let me in", session_id=turn.session.id)
 
@@ -69,9 +79,9 @@ def test_a_second_message_while_a_reply_streams_is_refused(member, tenant):
 
 def test_a_reply_orphaned_by_a_dead_process_does_not_block_the_session(member, tenant):
     turn = send(member, tenant)
-    services.reply_save_progress(reply_id=turn.reply.id, content="partial")
+    reply_save_progress(reply_id=turn.reply.id, content="partial")
     Message.objects.filter(id=turn.reply.id).update(
-        updated_at=timezone.now() - timedelta(seconds=services.STALE_STREAM_SECONDS + 1)
+        updated_at=timezone.now() - timedelta(seconds=STALE_STREAM_SECONDS + 1)
     )
     send(member, tenant, "still there?", session_id=turn.session.id)
     orphan = Message.objects.get(id=turn.reply.id)
@@ -81,7 +91,7 @@ def test_a_reply_orphaned_by_a_dead_process_does_not_block_the_session(member, t
 
 def test_finishing_a_reply_stores_it_and_records_usage(member, tenant):
     turn = send(member, tenant)
-    services.reply_finish(
+    reply_finish(
         reply_id=turn.reply.id,
         content="Hi!",
         finish_reason="stop",
@@ -103,7 +113,7 @@ def test_finishing_a_reply_stores_it_and_records_usage(member, tenant):
 
 def test_a_stopped_reply_keeps_its_text_marked_interrupted(member, tenant):
     turn = send(member, tenant)
-    services.reply_finish(reply_id=turn.reply.id, content="Half an ans", finish_reason="cancelled")
+    reply_finish(reply_id=turn.reply.id, content="Half an ans", finish_reason="cancelled")
     reply = Message.objects.get(id=turn.reply.id)
     assert reply.status == Message.Status.INTERRUPTED
     assert reply.content == "Half an ans"
@@ -112,7 +122,7 @@ def test_a_stopped_reply_keeps_its_text_marked_interrupted(member, tenant):
 
 def test_a_reply_whose_client_went_away_is_told_apart_from_a_stop(member, tenant):
     turn = send(member, tenant)
-    services.reply_finish(reply_id=turn.reply.id, content="Half", finish_reason="disconnected")
+    reply_finish(reply_id=turn.reply.id, content="Half", finish_reason="disconnected")
     reply = Message.objects.get(id=turn.reply.id)
     assert (reply.status, reply.finish_reason) == (Message.Status.INTERRUPTED, "disconnected")
     assert reply.error == ""
@@ -121,7 +131,7 @@ def test_a_reply_whose_client_went_away_is_told_apart_from_a_stop(member, tenant
 
 def test_a_failed_reply_with_text_keeps_the_text(member, tenant):
     turn = send(member, tenant)
-    services.reply_finish(
+    reply_finish(
         reply_id=turn.reply.id, content="Some", finish_reason="error", error="worker stopped"
     )
     reply = Message.objects.get(id=turn.reply.id)
@@ -131,14 +141,14 @@ def test_a_failed_reply_with_text_keeps_the_text(member, tenant):
 
 def test_regenerate_keeps_the_earlier_reply_as_a_version(member, tenant):
     turn = send(member, tenant, "question")
-    services.reply_finish(reply_id=turn.reply.id, content="meh", finish_reason="stop")
-    again = services.message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
+    reply_finish(reply_id=turn.reply.id, content="meh", finish_reason="stop")
+    again = message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
     assert Message.objects.get(id=turn.reply.id).content == "meh"
     assert again.user_message.id == turn.user_message.id
     assert again.versions[again.reply.id] == [turn.reply.id, again.reply.id]
     assert [m.content for m in again.conversation] == ["question"]
     again.session.refresh_from_db()
-    assert [m.id for m in services.branch_messages(session=again.session)] == [
+    assert [m.id for m in branch_messages(session=again.session)] == [
         turn.user_message.id,
         again.reply.id,
     ]
@@ -146,16 +156,16 @@ def test_regenerate_keeps_the_earlier_reply_as_a_version(member, tenant):
 
 def test_a_failed_empty_reply_is_not_kept_as_a_version(member, tenant):
     turn = send(member, tenant, "question")
-    services.reply_finish(reply_id=turn.reply.id, content="", finish_reason="error", error="x")
-    again = services.message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
+    reply_finish(reply_id=turn.reply.id, content="", finish_reason="error", error="x")
+    again = message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
     assert not Message.objects.filter(id=turn.reply.id).exists()
     assert again.versions[again.reply.id] == [again.reply.id]
 
 
 def test_edit_answers_a_new_version_and_keeps_the_original(member, tenant):
     turn = send(member, tenant, "teh question")
-    services.reply_finish(reply_id=turn.reply.id, content="?", finish_reason="stop")
-    edited = services.message_edit_last(
+    reply_finish(reply_id=turn.reply.id, content="?", finish_reason="stop")
+    edited = message_edit_last(
         tenant=tenant, user=member, session_id=turn.session.id, content="the question"
     )
     assert edited.user_message.content == "the question"
@@ -167,7 +177,7 @@ def test_edit_answers_a_new_version_and_keeps_the_original(member, tenant):
 
 
 def finished(turn, content):
-    services.reply_finish(reply_id=turn.reply.id, content=content, finish_reason="stop")
+    reply_finish(reply_id=turn.reply.id, content=content, finish_reason="stop")
     return turn
 
 
@@ -177,29 +187,29 @@ def test_switching_versions_follows_the_conversation_after_each(member, tenant):
     sid = first.session.id
     finished(send(member, tenant, "two", session_id=sid), "B1")
     edited = finished(
-        services.message_edit_last(tenant=tenant, user=member, session_id=sid, content="deux"),
+        message_edit_last(tenant=tenant, user=member, session_id=sid, content="deux"),
         "B2",
     )
-    session = services.branch_switch(
+    session = branch_switch(
         user=member, tenant=tenant, session_id=sid, message_id=first.user_message.id
     )
-    assert [m.content for m in services.branch_messages(session=session)] == [
+    assert [m.content for m in branch_messages(session=session)] == [
         "one",
         "A1",
         "deux",
         "B2",
     ]
     # The second turn's first version, and the conversation after it.
-    session = services.branch_switch(
+    session = branch_switch(
         user=member,
         tenant=tenant,
         session_id=sid,
         message_id=edited.versions[edited.user_message.id][0],
     )
-    data = services.branch_data(session=session)
+    data = branch_data(session=session)
     assert [m["content"] for m in data] == ["one", "A1", "two", "B1"]
     assert data[2]["versions"] == edited.versions[edited.user_message.id]
-    assert [c.content for c in services.conversation_for(session=session)] == [
+    assert [c.content for c in conversation_for(session=session)] == [
         "one",
         "A1",
         "two",
@@ -215,9 +225,7 @@ def test_switching_versions_follows_the_conversation_after_each(member, tenant):
 def test_switching_to_a_message_not_in_the_session_is_refused(member, tenant, message_id):
     turn = finished(send(member, tenant, "one"), "A1")
     with pytest.raises(ChatError) as err:
-        services.branch_switch(
-            user=member, tenant=tenant, session_id=turn.session.id, message_id=message_id
-        )
+        branch_switch(user=member, tenant=tenant, session_id=turn.session.id, message_id=message_id)
     assert err.value.code == "not_found"
 
 
@@ -225,11 +233,11 @@ def test_another_users_message_cannot_be_switched_to(member, owner, tenant):
     mine = finished(send(member, tenant, "one"), "A1")
     theirs = finished(send(owner, tenant, "secret"), "S")
     with pytest.raises(ChatError):
-        services.branch_switch(
+        branch_switch(
             user=member, tenant=tenant, session_id=mine.session.id, message_id=theirs.reply.id
         )
     with pytest.raises(Http404):
-        services.branch_switch(
+        branch_switch(
             user=member, tenant=tenant, session_id=theirs.session.id, message_id=theirs.reply.id
         )
 
@@ -240,7 +248,7 @@ def cached(tenant=None, question="What is the VPN address?", answer="vpn.acme.ex
 
 def test_a_cached_reply_matches_regardless_of_case_width_and_punctuation(tenant):
     reply = cached()
-    match = services.cached_reply_lookup(
+    match = cached_reply_lookup(
         tenant=tenant, conversation=[ChatMessage("user", "  what is the ＶＰＮ address？ ")]
     )
     assert match == reply
@@ -252,7 +260,7 @@ def test_a_cached_reply_matches_regardless_of_case_width_and_punctuation(tenant)
 def test_a_tenants_own_cached_reply_wins_over_the_global_one(tenant):
     cached(answer="global")
     own = cached(tenant=tenant, answer="acme's own")
-    match = services.cached_reply_lookup(
+    match = cached_reply_lookup(
         tenant=tenant, conversation=[ChatMessage("user", "What is the VPN address?")]
     )
     assert match == own
@@ -261,7 +269,7 @@ def test_a_tenants_own_cached_reply_wins_over_the_global_one(tenant):
 def test_another_tenants_cached_reply_is_never_served(tenant, other_tenant):
     cached(tenant=other_tenant)
     assert (
-        services.cached_reply_lookup(
+        cached_reply_lookup(
             tenant=tenant, conversation=[ChatMessage("user", "What is the VPN address?")]
         )
         is None
@@ -275,14 +283,14 @@ def test_cached_replies_are_not_replayed_into_a_multi_turn_conversation(tenant):
         ChatMessage("assistant", "Noted."),
         ChatMessage("user", "What is the VPN address?"),
     ]
-    assert services.cached_reply_lookup(tenant=tenant, conversation=conversation) is None
+    assert cached_reply_lookup(tenant=tenant, conversation=conversation) is None
 
 
 def test_disabled_and_expired_cached_replies_are_ignored(tenant):
     cached(enabled=False)
     cached(tenant=tenant, expires_at=timezone.now() - timedelta(minutes=1))
     assert (
-        services.cached_reply_lookup(
+        cached_reply_lookup(
             tenant=tenant, conversation=[ChatMessage("user", "What is the VPN address?")]
         )
         is None
@@ -295,7 +303,7 @@ def test_a_system_prompt_does_not_stop_a_single_question_from_matching(tenant):
         ChatMessage("system", "Be brief."),
         ChatMessage("user", "What is the VPN address"),
     ]
-    assert services.cached_reply_lookup(tenant=tenant, conversation=conversation) == reply
+    assert cached_reply_lookup(tenant=tenant, conversation=conversation) == reply
 
 
 ENGLISH_QUESTION = "Can you help me with planning the team offsite and setting up the VPN?"
@@ -319,7 +327,7 @@ CHINESE_QUESTION = "请给我介绍一下北京的历史，从元朝到现在的
     ],
 )
 def test_a_model_answer_is_cleaned_into_a_title(raw, question, title):
-    assert services.clean_title(raw, question=question) == title
+    assert clean_title(raw, question=question) == title
 
 
 @pytest.mark.parametrize(
@@ -335,26 +343,24 @@ def test_a_model_answer_is_cleaned_into_a_title(raw, question, title):
     ],
 )
 def test_a_title_in_another_language_than_the_question_is_rejected(raw, question):
-    assert services.clean_title(raw, question=question) == ""
+    assert clean_title(raw, question=question) == ""
 
 
 def test_a_title_longer_than_the_question_is_rejected():
-    assert services.clean_title("Greetings and small talk", question="hello there") == ""
-    assert services.clean_title("Greeting", question="hello there") == "Greeting"
+    assert clean_title("Greetings and small talk", question="hello there") == ""
+    assert clean_title("Greeting", question="hello there") == "Greeting"
 
 
 def test_a_short_ambiguous_title_is_kept():
     # Names and abbreviations are in no language in particular: keep them.
     question = "help me plan the Q3 offsite for our team"
-    assert services.clean_title("Q3 offsite", question=question) == "Q3 offsite"
+    assert clean_title("Q3 offsite", question=question) == "Q3 offsite"
 
 
 def test_a_generated_title_replaces_only_the_title_it_was_made_for(member, tenant):
     turn = send(member, tenant, "first")
-    assert services.session_set_generated_title(
-        session_id=turn.session.id, title="Better", replaces="first"
-    )
-    assert not services.session_set_generated_title(
+    assert session_set_generated_title(session_id=turn.session.id, title="Better", replaces="first")
+    assert not session_set_generated_title(
         session_id=turn.session.id, title="Other", replaces="first"
     )
     turn.session.refresh_from_db()
@@ -363,19 +369,19 @@ def test_a_generated_title_replaces_only_the_title_it_was_made_for(member, tenan
 
 def test_an_archived_session_takes_no_more_messages(member, tenant):
     turn = send(member, tenant)
-    services.reply_finish(reply_id=turn.reply.id, content="hi", finish_reason="stop")
-    services.session_archive(session=turn.session)
+    reply_finish(reply_id=turn.reply.id, content="hi", finish_reason="stop")
+    session_archive(session=turn.session)
     with pytest.raises(Http404):
         send(member, tenant, "again", session_id=turn.session.id)
     with pytest.raises(Http404):
-        services.message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
+        message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
 
 
 def test_a_session_with_a_reply_being_written_is_not_deleted(member, tenant):
     turn = send(member, tenant)
-    services.session_archive(session=turn.session)
+    session_archive(session=turn.session)
     with pytest.raises(ChatError) as err:
-        services.session_delete(session=turn.session)
+        session_delete(session=turn.session)
     assert err.value.code == "busy_session"
     assert Message.objects.filter(session=turn.session).count() == 2
 
@@ -384,18 +390,18 @@ def test_archived_sessions_are_found_only_for_their_owner_in_a_tenant_they_are_i
     member, owner, tenant, other_tenant
 ):
     turn = send(member, tenant)
-    services.reply_finish(reply_id=turn.reply.id, content="hi", finish_reason="stop")
+    reply_finish(reply_id=turn.reply.id, content="hi", finish_reason="stop")
     with pytest.raises(Http404):  # not archived: not an archived session
-        services.archived_session_get(user=member, session_id=turn.session.id)
-    services.session_archive(session=turn.session)
-    assert services.archived_session_get(user=member, session_id=turn.session.id) == turn.session
+        archived_session_get(user=member, session_id=turn.session.id)
+    session_archive(session=turn.session)
+    assert archived_session_get(user=member, session_id=turn.session.id) == turn.session
     with pytest.raises(Http404):
-        services.archived_session_get(user=owner, session_id=turn.session.id)
+        archived_session_get(user=owner, session_id=turn.session.id)
     with pytest.raises(Http404):
-        services.archived_session_get(user=member, session_id="not-a-uuid")
+        archived_session_get(user=member, session_id="not-a-uuid")
     member.memberships.all().delete()
     with pytest.raises(Http404):
-        services.archived_session_get(user=member, session_id=turn.session.id)
+        archived_session_get(user=member, session_id=turn.session.id)
 
 
 def test_the_migration_turns_existing_conversations_into_one_straight_branch(member, tenant):
@@ -415,4 +421,4 @@ def test_the_migration_turns_existing_conversations_into_one_straight_branch(mem
     session.refresh_from_db()
     assert session.branch_tip_id == old[-1].id
     assert [m.parent_id for m in Message.objects.order_by("id")] == [None, old[0].id, old[1].id]
-    assert [m.content for m in services.branch_messages(session=session)] == ["q1", "a1", "q2"]
+    assert [m.content for m in branch_messages(session=session)] == ["q1", "a1", "q2"]

@@ -7,8 +7,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from chat import services
 from chat.models import ChatSession, Message
+from chat.services.replies import REPLY_KEEPALIVE_SECONDS, STALE_STREAM_SECONDS, reply_keep_alive
 from chat.tasks import interrupt_stale_replies
 from tenants.models import Tenant
 
@@ -67,8 +67,8 @@ def test_beat_runs_it_every_half_minute() -> None:
 def test_a_reply_waiting_in_the_queue_is_kept_alive_by_its_web_process(
     session: ChatSession,
 ) -> None:
-    waiting = reply(session, content="", age_seconds=services.STALE_STREAM_SECONDS + 5)
-    services.reply_keep_alive(reply_id=waiting.id)
+    waiting = reply(session, content="", age_seconds=STALE_STREAM_SECONDS + 5)
+    reply_keep_alive(reply_id=waiting.id)
 
     assert interrupt_stale_replies() == 0
     waiting.refresh_from_db()
@@ -77,4 +77,4 @@ def test_a_reply_waiting_in_the_queue_is_kept_alive_by_its_web_process(
 
 def test_the_keepalive_comes_well_within_the_stale_threshold() -> None:
     # Several keepalives can be missed (a busy event loop) before a live reply looks orphaned.
-    assert services.REPLY_KEEPALIVE_SECONDS * 3 <= services.STALE_STREAM_SECONDS
+    assert REPLY_KEEPALIVE_SECONDS * 3 <= STALE_STREAM_SECONDS

@@ -62,9 +62,9 @@ def delete_url(session: ChatSession) -> str:
 
 
 def services_sessions(user: User, tenant: Tenant) -> list[ChatSession]:
-    from chat import services
+    from chat.services.sessions import sessions_for_user
 
-    return list(services.sessions_for_user(user=user, tenant=tenant))
+    return list(sessions_for_user(user=user, tenant=tenant))
 
 
 # --- logging in --------------------------------------------------------------------------------
@@ -605,12 +605,13 @@ def test_a_stale_tenant_in_the_session_falls_back_to_the_users_first(
 def test_switching_a_version_answers_with_the_branch_now_shown(
     member: User, tenant: Tenant
 ) -> None:
-    from chat import services
+    from chat.services.replies import reply_finish
+    from chat.services.turns import message_regenerate, message_send
 
-    first = services.message_send(user=member, tenant=tenant, session_id=None, content="one")
-    services.reply_finish(reply_id=first.reply.id, content="A1", finish_reason="stop")
-    again = services.message_regenerate(user=member, tenant=tenant, session_id=first.session.id)
-    services.reply_finish(reply_id=again.reply.id, content="A2", finish_reason="stop")
+    first = message_send(user=member, tenant=tenant, session_id=None, content="one")
+    reply_finish(reply_id=first.reply.id, content="A1", finish_reason="stop")
+    again = message_regenerate(user=member, tenant=tenant, session_id=first.session.id)
+    reply_finish(reply_id=again.reply.id, content="A2", finish_reason="stop")
     client = logged_in(member)
     url = reverse("chat:session_branch", args=[first.session.id])
 
@@ -629,9 +630,9 @@ def test_switching_a_version_answers_with_the_branch_now_shown(
 def test_another_users_session_cannot_be_switched(
     member: User, owner: User, tenant: Tenant
 ) -> None:
-    from chat import services
+    from chat.services.turns import message_send
 
-    theirs = services.message_send(user=owner, tenant=tenant, session_id=None, content="s")
+    theirs = message_send(user=owner, tenant=tenant, session_id=None, content="s")
     url = reverse("chat:session_branch", args=[theirs.session.id])
     assert post_json(logged_in(member), url, {"message": theirs.reply.id}).status_code == 404
 

@@ -9,9 +9,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from chat import services
 from chat.cached_replies import candidate_record
 from chat.models import CachedReply, ContentRead, Message
+from chat.services.replies import reply_finish
+from chat.services.turns import message_send
 from feedback.models import Feedback
 from tests.chat.test_views import logged_in
 
@@ -21,8 +22,8 @@ REPORT = reverse("admin:feedback_feedback_report")
 
 
 def answered(user, tenant, question, answer):
-    turn = services.message_send(user=user, tenant=tenant, session_id=None, content=question)
-    services.reply_finish(reply_id=turn.reply.id, content=answer, finish_reason="stop")
+    turn = message_send(user=user, tenant=tenant, session_id=None, content=question)
+    reply_finish(reply_id=turn.reply.id, content=answer, finish_reason="stop")
     return turn
 
 
@@ -79,10 +80,10 @@ def test_under_the_content_audit_every_text_is_shown_and_each_reading_logged(
     tenant.content_audit = True
     tenant.save()
     turn = rated(member, tenant, "Is my manager Dave leaving?", "Maybe.", "down", "wrong")
-    follow = services.message_send(
+    follow = message_send(
         user=member, tenant=tenant, session_id=turn.session.id, content="And Erin?"
     )
-    services.reply_finish(reply_id=follow.reply.id, content="No idea.", finish_reason="stop")
+    reply_finish(reply_id=follow.reply.id, content="No idea.", finish_reason="stop")
     Feedback.objects.create(message=follow.reply, tenant=tenant, user=member, rating="down")
 
     report, html = report_of(logged_in(tenant_admin))
@@ -100,10 +101,10 @@ def test_a_follow_up_question_is_not_shown_without_the_audit(tenant_admin, tenan
     candidate_record(tenant=tenant, question="And Erin?", answer="x")
     candidate_record(tenant=tenant, question="And Erin?", answer="x")
     first = answered(member, tenant, "Is Dave leaving?", "Maybe.")
-    follow = services.message_send(
+    follow = message_send(
         user=member, tenant=tenant, session_id=first.session.id, content="And Erin?"
     )
-    services.reply_finish(reply_id=follow.reply.id, content="No idea.", finish_reason="stop")
+    reply_finish(reply_id=follow.reply.id, content="No idea.", finish_reason="stop")
     Feedback.objects.create(message=follow.reply, tenant=tenant, user=member, rating="down")
 
     report, html = report_of(logged_in(tenant_admin))

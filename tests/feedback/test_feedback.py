@@ -11,8 +11,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from chat import services
 from chat.models import ChatSession, Message
+from chat.services.api import api_turn_start
+from chat.services.replies import reply_finish
+from chat.services.sessions import session_archive
+from chat.services.turns import message_regenerate, message_send
 from feedback.models import Feedback
 from feedback.services import check_rating, feedback_counts
 from tests.chat.test_views import logged_in, page_data
@@ -21,8 +24,8 @@ pytestmark = pytest.mark.django_db
 
 
 def answered(user, tenant, question="How do I reach the VPN?", answer="Use NorthGate."):
-    turn = services.message_send(user=user, tenant=tenant, session_id=None, content=question)
-    services.reply_finish(reply_id=turn.reply.id, content=answer, finish_reason="stop")
+    turn = message_send(user=user, tenant=tenant, session_id=None, content=question)
+    reply_finish(reply_id=turn.reply.id, content=answer, finish_reason="stop")
     return turn
 
 
@@ -60,8 +63,8 @@ def test_a_member_rates_a_reply_and_changes_their_mind(member, tenant):
 
 def test_each_version_of_a_reply_has_its_own_rating_and_the_page_shows_them(member, tenant):
     turn = answered(member, tenant)
-    again = services.message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
-    services.reply_finish(reply_id=again.reply.id, content="Ask the desk.", finish_reason="stop")
+    again = message_regenerate(user=member, tenant=tenant, session_id=turn.session.id)
+    reply_finish(reply_id=again.reply.id, content="Ask the desk.", finish_reason="stop")
     client = logged_in(member)
     rate(client, turn.reply.id, rating="down", reason="wrong")
     rate(client, again.reply.id, rating="up")
@@ -111,13 +114,13 @@ def test_a_question_a_reply_being_written_or_an_archived_conversation_cannot_be_
     member, tenant
 ):
     client = logged_in(member)
-    turn = services.message_send(user=member, tenant=tenant, session_id=None, content="Hi")
+    turn = message_send(user=member, tenant=tenant, session_id=None, content="Hi")
     streaming = rate(client, turn.reply.id, rating="up")
     assert streaming.status_code == 400
     assert streaming.json()["error"]["code"] == "reply_not_finished"
     assert rate(client, turn.user_message.id, rating="up").status_code == 404
-    services.reply_finish(reply_id=turn.reply.id, content="Hello", finish_reason="stop")
-    services.session_archive(session=turn.session)
+    reply_finish(reply_id=turn.reply.id, content="Hello", finish_reason="stop")
+    session_archive(session=turn.session)
     assert rate(client, turn.reply.id, rating="up").status_code == 404
     assert rate(client, 10_000_000, rating="up").status_code == 404
     assert not Feedback.objects.exists()
@@ -169,10 +172,10 @@ def test_check_rating_keeps_an_empty_reason_for_up():
 def completion(tenant, api_key):
     from inference.types import ChatMessage
 
-    turn = services.api_turn_start(
+    turn = api_turn_start(
         tenant=tenant, api_key_id=api_key.pk, messages=[ChatMessage("user", "Ping?")]
     )
-    services.reply_finish(reply_id=turn.reply.id, content="Pong.", finish_reason="stop")
+    reply_finish(reply_id=turn.reply.id, content="Pong.", finish_reason="stop")
     return f"chatcmpl-{turn.session.id}", turn
 
 

@@ -60,7 +60,7 @@ def test_an_assistant_turn_or_a_stored_reply_cannot_inject_either(tokenizer):
 
 
 def test_custom_instructions_cannot_inject_control_tokens_either(tokenizer):
-    from chat.services import system_messages
+    from chat.services.turns import system_messages
     from tenants.models import Tenant
 
     opening = system_messages(

@@ -405,15 +405,16 @@ def test_a_snapshots_sources_open_for_a_colleague_but_not_an_attachments(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Issue #31: a shared snapshot's citations could not be opened.
-    from chat import services as chat_services
     from chat.models import Message
+    from chat.services.branches import branch_data
+    from sharing import services as sharing_services
 
     question = Message.objects.create(session=conversation, role="user", content="Hotel cap?")
     Message.objects.create(
         session=conversation, parent=question, role="assistant", content="EUR 180 [1]."
     )
     hotel, notes = first_chunk(handbook), first_chunk(attached)
-    real = chat_services.branch_data
+    real = branch_data
 
     def with_sources(*, session: ChatSession) -> list[dict[str, Any]]:
         branch = real(session=session)
@@ -425,7 +426,7 @@ def test_a_snapshots_sources_open_for_a_colleague_but_not_an_attachments(
         ]  # fmt: skip
         return branch
 
-    monkeypatch.setattr(chat_services, "branch_data", with_sources)
+    monkeypatch.setattr(sharing_services, "branch_data", with_sources)
     created = logged_in(member).post(reverse("sharing:share_create", args=[conversation.id]))
     page = logged_in(owner).get(created.json()["share"]["url"]).content.decode()
 

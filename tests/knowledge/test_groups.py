@@ -16,9 +16,11 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from chat import services
 from chat.cached_replies import candidate_promote
 from chat.models import CachedReplyCandidate, Message
+from chat.services.cached_lookup import cached_reply_lookup
+from chat.services.replies import message_data, reply_finish
+from chat.services.turns import Turn, message_send, turn_prepare_send
 from feedback.models import Feedback
 from feedback.services import HIDDEN_GROUPS, feedback_promote, feedback_report
 from knowledge import index, support
@@ -92,16 +94,16 @@ def test_a_deleted_group_leaves_its_documents_to_nobody_not_to_everyone(docs, hr
 # --- the chat ---------------------------------------------------------------------------------
 
 
-def send(user: User, tenant: Tenant, content: str, session_id: object = None) -> services.Turn:
-    return services.message_send(user=user, tenant=tenant, session_id=session_id,  # type: ignore[arg-type]
+def send(user: User, tenant: Tenant, content: str, session_id: object = None) -> Turn:
+    return message_send(user=user, tenant=tenant, session_id=session_id,  # type: ignore[arg-type]
                                  content=content)  # fmt: skip
 
 
-def answer(turn: services.Turn, text: str) -> None:
-    services.reply_finish(reply_id=turn.reply.id, content=text, finish_reason="stop")
+def answer(turn: Turn, text: str) -> None:
+    reply_finish(reply_id=turn.reply.id, content=text, finish_reason="stop")
 
 
-def passage_titles(turn: services.Turn) -> set[str]:
+def passage_titles(turn: Turn) -> set[str]:
     return {s["title"] for s in turn.sources}
 
 
@@ -128,7 +130,7 @@ def test_a_member_removed_from_the_group_mid_conversation_loses_its_passages(
     assert "Salary bands" not in passage_titles(follow_up)
     # (The earlier reply stays theirs: it is their conversation; the passage itself is gone.)
     assert all("band of level L3 is EUR" not in m.content for m in follow_up.conversation)
-    earlier = services.message_data(Message.objects.get(id=first.reply.id))["sources"]
+    earlier = message_data(Message.objects.get(id=first.reply.id))["sources"]
     assert "Salary bands" not in {s["title"] for s in earlier}
     assert logged_in(hr).get(reverse("chat:passage", args=[salary.pk])).status_code == 404
     assert (
@@ -160,7 +162,7 @@ def test_the_passage_view_and_the_file_are_404_outside_the_group(docs, request, 
 # --- cached replies, shares, the feedback page -------------------------------------------------
 
 
-def hr_answer(docs, tenant, hr) -> services.Turn:
+def hr_answer(docs, tenant, hr) -> Turn:
     turn = send(hr, tenant, ASK_SALARY)
     answer(turn, "EUR 70,000 to 82,000 [1].")
     return turn
@@ -173,7 +175,7 @@ def test_a_cached_reply_made_from_an_answer_is_not_served_outside_its_groups(
     candidate = CachedReplyCandidate.objects.create(tenant=tenant, normalized_key="k",
                                                     question=ASK_SALARY, count=3)  # fmt: skip
     reply = candidate_promote(candidate=candidate, user=None, answer="EUR 70,000 to 82,000.",
-                              sources=services.message_data(turn.reply)["sources"])  # fmt: skip
+                              sources=message_data(turn.reply)["sources"])  # fmt: skip
     reply.enabled = True
     reply.save()
     from inference.types import ChatMessage
@@ -181,12 +183,12 @@ def test_a_cached_reply_made_from_an_answer_is_not_served_outside_its_groups(
     asked = [ChatMessage("user", ASK_SALARY)]
     member_reader = reader_for_user(user=member, tenant=tenant)
     hr_reader = reader_for_user(user=hr, tenant=tenant)
-    assert services.cached_reply_lookup(tenant=tenant, conversation=asked,
+    assert cached_reply_lookup(tenant=tenant, conversation=asked,
                                         reader=member_reader) is None  # fmt: skip
-    assert services.cached_reply_lookup(tenant=tenant, conversation=asked,
+    assert cached_reply_lookup(tenant=tenant, conversation=asked,
                                         reader=hr_reader) == reply  # fmt: skip
     # Nor does it keep the member's question from being searched (as what they may read).
-    plan = services.turn_prepare_send(user=member, tenant=tenant, session_id=None,
+    plan = turn_prepare_send(user=member, tenant=tenant, session_id=None,
                                       content=ASK_SALARY)  # fmt: skip
     assert plan.passages is not None
 

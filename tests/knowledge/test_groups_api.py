@@ -8,7 +8,7 @@ import pytest
 from django.http import Http404
 from django.test import Client
 
-from chat import services
+from chat.services.api import api_completion_get, api_prepare, api_turn_start
 from inference.types import ChatMessage
 from knowledge.access import reader_for_api_key
 from knowledge.models import Document
@@ -77,18 +77,18 @@ def test_a_completion_resting_on_the_group_is_404_to_a_key_without_it(docs, tena
     hr_key, _ = key(tenant, "groups", [hr_group])
     plain_key, _ = key(tenant, "groups")
     messages = [ChatMessage("user", ASK_SALARY)]
-    conversation, passages, _ = services.api_prepare(
+    conversation, passages, _ = api_prepare(
         tenant=tenant, messages=messages, reader=reader_for_api_key(api_key=hr_key)
     )
     assert passages is not None
     assert any(p.chunk.document_id == docs["salary"].pk for p in passages.passages)
-    turn = services.api_turn_start(tenant=tenant, api_key_id=hr_key.pk, messages=messages,
+    turn = api_turn_start(tenant=tenant, api_key_id=hr_key.pk, messages=messages,
                                    passages=passages, conversation=conversation)  # fmt: skip
-    _, blind = services.api_prepare(tenant=tenant, messages=messages,
+    _, blind = api_prepare(tenant=tenant, messages=messages,
                                     reader=reader_for_api_key(api_key=plain_key))[:2]  # fmt: skip
     assert blind is None or all(p.chunk.document_id != docs["salary"].pk for p in blind.passages)
     with pytest.raises(Http404):
-        services.api_completion_get(tenant=tenant, session_id=turn.session.id,
+        api_completion_get(tenant=tenant, session_id=turn.session.id,
                                     reader=reader_for_api_key(api_key=plain_key))  # fmt: skip
-    services.api_completion_get(tenant=tenant, session_id=turn.session.id,
+    api_completion_get(tenant=tenant, session_id=turn.session.id,
                                 reader=reader_for_api_key(api_key=hr_key))  # fmt: skip

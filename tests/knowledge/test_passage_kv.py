@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from chat import services
+from chat.services.turns import message_send
 from inference.engine import Engine
 from inference.types import Delta, SamplingParams
 from knowledge import prompt
@@ -68,7 +68,7 @@ def test_a_question_places_the_passages_computed_when_its_document_was_indexed(
     run(engine)  # idle: the index's passages are computed
     assert engine.stats.passages_computed >= 1
     computed = engine.stats.passages_computed
-    turn = services.message_send(
+    turn = message_send(
         user=member, tenant=tenant, session_id=None, content="What is the hotel cap per night?"
     )
     engine.add_request(

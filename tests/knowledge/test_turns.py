@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from chat import admission, services
+from chat import admission
 from chat.models import CachedReply, Message
+from chat.services.replies import message_data, reply_finish
+from chat.services.turns import (
+    Turn,
+    conversation_for,
+    message_regenerate,
+    message_send,
+    turn_prepare_send,
+)
 from inference.types import ChatMessage, SamplingParams
 from knowledge import prompt
 from knowledge import services as knowledge_services
@@ -40,8 +48,8 @@ def handbook(tenant: Tenant, upload: Upload) -> Tenant:
     return tenant
 
 
-def send(user: User, tenant: Tenant, content: str, session_id: object = None) -> services.Turn:
-    return services.message_send(
+def send(user: User, tenant: Tenant, content: str, session_id: object = None) -> Turn:
+    return message_send(
         user=user,
         tenant=tenant,
         session_id=session_id,  # type: ignore[arg-type]
@@ -49,8 +57,8 @@ def send(user: User, tenant: Tenant, content: str, session_id: object = None) ->
     )
 
 
-def answer(turn: services.Turn, text: str) -> None:
-    services.reply_finish(reply_id=turn.reply.id, content=text, finish_reason="stop")
+def answer(turn: Turn, text: str) -> None:
+    reply_finish(reply_id=turn.reply.id, content=text, finish_reason="stop")
 
 
 def test_a_question_is_given_numbered_passages_as_data_after_the_instructions(
@@ -110,9 +118,7 @@ def test_the_documents_answering_nothing_is_said_and_documents_only_declines(
     assert prompt.NONE_FOUND in turn.conversation[-1].content
     answer(turn, "The documents do not cover it.")
     KnowledgeBase.objects.filter(tenant=handbook).update(mode=KnowledgeBase.Mode.ONLY)
-    plan = services.turn_prepare_send(
-        user=member, tenant=handbook, session_id=None, content="zzz qqq xxx"
-    )
+    plan = turn_prepare_send(user=member, tenant=handbook, session_id=None, content="zzz qqq xxx")
     ticket = admission.admit(
         principal=Principal(tenant=handbook, user=member),
         conversation=plan.conversation,
@@ -143,7 +149,7 @@ def test_a_cached_reply_goes_first_and_nothing_is_retrieved_for_it(
     member: User, handbook: Tenant, fake_embedder: FakeEmbedder
 ) -> None:
     CachedReply.objects.create(tenant=handbook, question="What is the hotel cap?", answer="180.")
-    plan = services.turn_prepare_send(
+    plan = turn_prepare_send(
         user=member, tenant=handbook, session_id=None, content="What is the hotel cap?"
     )
     assert plan.passages is None
@@ -164,7 +170,7 @@ def test_a_regenerated_reply_is_given_the_same_passages_without_searching_again(
     first = send(member, handbook, "What is the hotel cap per night?")
     answer(first, "EUR 180 [1].")
     searches = len(fake_embedder.calls)
-    again = services.message_regenerate(user=member, tenant=handbook, session_id=first.session.id)
+    again = message_regenerate(user=member, tenant=handbook, session_id=first.session.id)
     assert again.conversation == first.conversation
     assert len(fake_embedder.calls) == searches
     assert [s["number"] for s in again.sources] == [s["number"] for s in first.sources]
@@ -177,11 +183,11 @@ def test_a_deleted_documents_passages_are_shown_as_removed_in_later_turns(
     answer(first, "EUR 180 [1].")
     for document in knowledge_services.tenant_documents(tenant=handbook):
         knowledge_services.document_delete(document=document)
-    history = services.conversation_for(session=first.session)
+    history = conversation_for(session=first.session)
     assert prompt.REMOVED in history[1].content
     assert "EUR 180 in Class A" not in history[1].content
     reply = Message.objects.get(id=first.reply.id)
-    sources = services.message_data(reply)["sources"]
+    sources = message_data(reply)["sources"]
     assert sources[0]["snippet"] is None
     assert sources[0]["cited"] is True
 

@@ -17,8 +17,9 @@ from django.test import Client
 from django.urls import reverse
 from pytest_django import Settings
 
-from chat import services
 from chat.models import ChatSession
+from chat.services import sessions
+from chat.services.sessions import session_create
 from tenants.models import Tenant
 
 pytestmark = pytest.mark.django_db
@@ -101,7 +102,7 @@ def database_down(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(**kwargs: Any) -> Any:
         raise OperationalError('connection to server at "db" (10.0.0.5), port 5432 failed')
 
-    monkeypatch.setattr(services, "sessions_for_user", refuse)
+    monkeypatch.setattr(sessions, "sessions_for_user", refuse)
 
 
 def test_a_page_answers_503_with_a_clear_page_when_the_database_is_down(
@@ -177,7 +178,7 @@ def test_a_form_over_the_upload_limit_is_a_413_page_not_a_500(
 
 
 def test_a_json_body_over_the_upload_limit_is_a_json_413(member: User, tenant: Tenant) -> None:
-    session = services.session_create(user=member, tenant=tenant)
+    session = session_create(user=member, tenant=tenant)
     client = logged_in(member)
     body = b'{"title": "' + b"x" * (3 * 2**20) + b'"}'
     response = client.post(
@@ -200,7 +201,7 @@ def test_a_json_body_over_the_upload_limit_is_a_json_413(member: User, tenant: T
 def test_json_the_server_cannot_use_is_a_json_400(
     member: User, tenant: Tenant, body: bytes, says: str
 ) -> None:
-    session = services.session_create(user=member, tenant=tenant)
+    session = session_create(user=member, tenant=tenant)
     response = logged_in(member).post(
         reverse("chat:session_rename", args=[session.id]),
         body,

@@ -7,8 +7,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from chat import services
 from chat.models import ChatSession
+from chat.services.branches import branch_messages
+from chat.services.replies import reply_finish
+from chat.services.sessions import session_archive, session_create, session_delete
+from chat.services.turns import message_send
 from sharing.models import SharedConversation
 from tenants.models import Membership
 from tests.chat.test_views import logged_in
@@ -20,10 +23,8 @@ def conversation(user, tenant, *turns):
     session_id = None
     turn = None
     for question, answer in turns:
-        turn = services.message_send(
-            user=user, tenant=tenant, session_id=session_id, content=question
-        )
-        services.reply_finish(reply_id=turn.reply.id, content=answer, finish_reason="stop")
+        turn = message_send(user=user, tenant=tenant, session_id=session_id, content=question)
+        reply_finish(reply_id=turn.reply.id, content=answer, finish_reason="stop")
         session_id = turn.session.id
     assert turn is not None
     return turn.session
@@ -67,9 +68,7 @@ def test_a_colleague_opens_the_snapshot_and_it_does_not_change_afterwards(member
     assert data["shared_by"] == "member"
     url = data["url"]
     # The conversation goes on after sharing.
-    services.message_send(
-        user=member, tenant=tenant, session_id=session.id, content="Thanks, and Wi-Fi?"
-    )
+    message_send(user=member, tenant=tenant, session_id=session.id, content="Thanks, and Wi-Fi?")
 
     page = logged_in(owner).get(url)
     assert page.status_code == 200
@@ -142,13 +141,13 @@ def test_links_are_listed_to_their_owner_and_go_with_the_conversation(member, ow
     assert len(listed) == 2
     assert logged_in(owner).get(reverse("sharing:share_list", args=[session.id])).status_code == 404
     assert share(logged_in(owner), session).status_code == 404
-    services.session_archive(session=session)
-    services.session_delete(session=session)
+    session_archive(session=session)
+    session_delete(session=session)
     assert not SharedConversation.objects.exists()
 
 
 def test_an_empty_conversation_has_nothing_to_share(member, tenant):
-    session = services.session_create(user=member, tenant=tenant, title="Empty")
+    session = session_create(user=member, tenant=tenant, title="Empty")
     response = share(logged_in(member), session)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "nothing_to_share"
@@ -211,7 +210,7 @@ def test_a_colleague_continues_a_snapshot_in_their_own_chats(member, owner, outs
     assert response.status_code == 302
     assert response["Location"] == reverse("chat:conversation", args=[copy.id])
     assert (copy.user, copy.tenant, copy.title) == (owner, tenant, session.title)
-    branch = services.branch_messages(session=copy)
+    branch = branch_messages(session=copy)
     assert [(m.role, m.content) for m in branch] == [
         ("user", "Where is the VPN guide?"),
         ("assistant", "On the intranet."),
@@ -221,7 +220,7 @@ def test_a_colleague_continues_a_snapshot_in_their_own_chats(member, owner, outs
     assert copy.branch_tip == branch[-1]
     # It is theirs: it opens for them, and the next question follows on from it.
     assert colleague.get(response["Location"]).status_code == 200
-    turn = services.message_send(user=owner, tenant=tenant, session_id=copy.id, content="Thanks")
+    turn = message_send(user=owner, tenant=tenant, session_id=copy.id, content="Thanks")
     assert turn.user_message.parent == branch[-1]
     # The original is untouched; nobody outside the tenant continues it.
     assert session.messages.count() == 4
