@@ -22,8 +22,10 @@ _TASK_VERBS = (
     r"tell me a joke|format"
 )
 _TASK = re.compile(rf"^\s*{_POLITE}(?:{_TASK_VERBS})\b", re.IGNORECASE)
+# "把这句话翻译成英文", "帮我给新同事写一段欢迎词": the object may come before the verb.
 _TASK_ZH = re.compile(
-    r"^\s*(?:请|麻烦|帮我|请帮我|帮忙)*\s*(?:写|起草|撰写|草拟|翻译|译成|总结|概括|润色|改写|"
+    r"^\s*(?:请|麻烦|帮我|请帮我|帮忙)*\s*(?:把[^，。？！?!]{0,30}?|给[^，。？！?!]{0,12}?)?"
+    r"(?:写|起草|撰写|草拟|翻译|译成|总结|概括|润色|改写|"
     r"重写|缩写|扩写|生成|列出几个|想几个|给我讲个笑话)"
 )
 # The request points at the documents: it is grounded whatever its verb.

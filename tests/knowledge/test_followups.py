@@ -70,6 +70,8 @@ def test_writing_and_general_tasks_do_not_ask_the_documents():
         "Please summarise the benefits of unit tests in three bullet points",
         "Write a polite reminder to submit expense reports",
         "帮我写一封邮件，通知大家周五团建",
+        "把这句话翻译成英文：“请在周五之前提交报销单。”",  # the object before the verb
+        "帮我给新同事写一段简短的欢迎词。",
     ):
         assert is_task(task), task
     for question in (
@@ -78,6 +80,8 @@ def test_writing_and_general_tasks_do_not_ask_the_documents():
         "Summarise the leave policy",  # names the documents' rules
         "Write a reminder based on the travel policy",
         "总结一下年假规定",
+        "把报销单交给谁？",
+        "给多少交通补贴？",
     ):
         assert not is_task(question), question
 
