@@ -3,52 +3,20 @@ each model answered by its own engine (fake runners that sign with their model's
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
-from pytest_django import Settings
 
 from chat.api import schemas
 from chat.models import Message
-from inference.local import LocalEngineClient, RoutedEngineClient
-from inference.service import set_engine_client, set_prompt_counter
 from tenants.models import ApiKey, Tenant, UsageRecord
+from tests.chat.conftest import LARGE, SMALL
 from tests.chat.test_api import error_of, headers, post
-from tests.fakes import FakeCounter, FakeRunner, make_engine
+from tests.fakes import FakeRunner
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SMALL = "smollm2-135m"  # the settings' default model
-LARGE = "qwen2.5-coder-1.5b"
-
-
-def signed(model: str, prompt: str) -> str:
-    return f"{model}: {prompt}"
-
-
-@pytest.fixture
-def runners(settings: Settings) -> Iterator[dict[str, FakeRunner]]:
-    """Both models served, an engine each, as embedded mode runs QASSIST_MODELS."""
-    settings.QASSIST_MODEL = SMALL
-    settings.QASSIST_MODELS = [SMALL, LARGE]
-    runners = {m: FakeRunner(reply_for=functools.partial(signed, m)) for m in (SMALL, LARGE)}
-    clients = {
-        m: LocalEngineClient(functools.partial(make_engine, r), model=m) for m, r in runners.items()
-    }
-    client = RoutedEngineClient(clients, SMALL)
-    client.start()
-    set_engine_client(client)
-    set_prompt_counter(FakeCounter(runners[SMALL]))
-    set_prompt_counter(FakeCounter(runners[LARGE]), model=LARGE)
-    yield runners
-    set_engine_client(None)
-    set_prompt_counter(None)
-    for local in clients.values():
-        local.stop(timeout=0)
 
 
 def ask(content: str, model: str) -> dict[str, Any]:

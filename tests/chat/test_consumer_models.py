@@ -4,50 +4,19 @@ tenant on the default is unaffected."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
-from pytest_django import Settings
 
-from inference.local import LocalEngineClient, RoutedEngineClient
-from inference.service import set_engine_client, set_prompt_counter
 from tenants.models import Membership, Tenant
+from tests.chat.conftest import LARGE, SMALL
 from tests.chat.test_consumer import ask, connected_as, joined, of, stored
-from tests.fakes import FakeCounter, FakeRunner, make_engine
+from tests.fakes import FakeRunner
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SMALL = "smollm2-135m"
-LARGE = "qwen2.5-coder-1.5b"
-
-
-def signed(model: str, prompt: str) -> str:
-    return f"{model}: {prompt}"
-
-
-@pytest.fixture
-def runners(settings: Settings) -> Iterator[dict[str, FakeRunner]]:
-    settings.QASSIST_MODEL = SMALL
-    settings.QASSIST_MODELS = [SMALL, LARGE]
-    runners = {m: FakeRunner(reply_for=functools.partial(signed, m)) for m in (SMALL, LARGE)}
-    clients = {
-        m: LocalEngineClient(functools.partial(make_engine, r), model=m) for m, r in runners.items()
-    }
-    client = RoutedEngineClient(clients, SMALL)
-    client.start()
-    set_engine_client(client)
-    set_prompt_counter(FakeCounter(runners[SMALL]))
-    set_prompt_counter(FakeCounter(runners[LARGE]), model=LARGE)
-    yield runners
-    set_engine_client(None)
-    set_prompt_counter(None)
-    for local in clients.values():
-        local.stop(timeout=0)
 
 
 def make_member(tenant: Tenant, name: str) -> User:
