@@ -392,7 +392,6 @@ def _last_user_message(
     return session, last_user
 
 
-@transaction.atomic
 def turn_model(*, plan: TurnPlan, picked: object) -> tuple[str, bool]:
     """The model a chat turn asks for, and whether the user picked it now: the one picked
     (a websocket frame's `model`), else the one the conversation remembers while the tenant
@@ -407,6 +406,7 @@ def turn_model(*, plan: TurnPlan, picked: object) -> tuple[str, bool]:
     return "", False
 
 
+@transaction.atomic
 def turn_start(*, plan: TurnPlan, model: str = "", remember_model: bool = False) -> Turn:
     """Store an admitted turn: the user's message (new or edited) and an empty streaming
     reply (`model`: the one that is to write it; `remember_model`: the user picked it, so the
