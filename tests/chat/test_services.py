@@ -422,3 +422,27 @@ def test_the_migration_turns_existing_conversations_into_one_straight_branch(mem
     assert session.branch_tip_id == old[-1].id
     assert [m.parent_id for m in Message.objects.order_by("id")] == [None, old[0].id, old[1].id]
     assert [m.content for m in branch_messages(session=session)] == ["q1", "a1", "q2"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_of_an_existing_conversation_locks_it_inside_one_transaction(
+    member, tenant, monkeypatch
+):
+    # SQLite ignores select_for_update; PostgreSQL refuses it outside a transaction, and a
+    # misplaced @transaction.atomic once broke every follow-up turn there (only CI saw it).
+    from django.db import connection
+
+    from chat.services import turns
+
+    first = send(member, tenant, "one")
+    Message.objects.filter(id=first.reply.id).update(status=Message.Status.COMPLETE)
+    seen = []
+    check = turns.no_reply_in_progress
+    monkeypatch.setattr(
+        turns,
+        "no_reply_in_progress",
+        lambda session: (seen.append(connection.in_atomic_block), check(session))[1],
+    )
+    message_send(user=member, tenant=tenant, session_id=first.session.id, content="two")
+    # Checked when the turn is prepared, then again under the lock when it starts.
+    assert seen[-1] is True
