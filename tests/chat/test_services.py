@@ -432,17 +432,18 @@ def test_a_turn_of_an_existing_conversation_locks_it_inside_one_transaction(
     # misplaced @transaction.atomic once broke every follow-up turn there (only CI saw it).
     from django.db import connection
 
-    from chat.services import turns
+    from chat.services import replies, turns
 
     first = send(member, tenant, "one")
     Message.objects.filter(id=first.reply.id).update(status=Message.Status.COMPLETE)
-    seen = []
-    check = turns.no_reply_in_progress
-    monkeypatch.setattr(
-        turns,
-        "no_reply_in_progress",
-        lambda session: (seen.append(connection.in_atomic_block), check(session))[1],
-    )
+    seen: list[bool] = []
+    check = replies.no_reply_in_progress
+
+    def watched(session: object) -> None:
+        seen.append(connection.in_atomic_block)
+        check(session)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(turns, "no_reply_in_progress", watched)
     message_send(user=member, tenant=tenant, session_id=first.session.id, content="two")
     # Checked when the turn is prepared, then again under the lock when it starts.
     assert seen[-1] is True
