@@ -675,9 +675,7 @@ def main() -> None:
         "--fit", action="store_true", help="fit the answerability fusion on the tuning half"
     )
     parser.add_argument("--only", default="", help="ids of questions to ask (comma-separated)")
-    parser.add_argument(
-        "--split", default="", choices=("", *SPLITS), help="only this split: " + ", ".join(SPLITS)
-    )
+    parser.add_argument("--split", default=None, choices=SPLITS, help="only this split")
     parser.add_argument(
         "--replay",
         type=Path,
