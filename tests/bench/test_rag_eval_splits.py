@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from bench.rag_eval.data.check import (
+    QUESTIONS,
     Report,
     assign_splits,
     balance,
     check_conversations,
+    load,
 )
 
 
@@ -74,3 +76,14 @@ def test_the_halves_are_balanced_without_the_fresh_split() -> None:
     table = balance(questions, report)
     assert report.errors == []
     assert "| language zh | 0 | 0 | 5 |" in table
+
+
+def test_the_files_splits_are_settled_and_the_fresh_split_is_whole() -> None:
+    questions = load(QUESTIONS)
+    before = [q["split"] for q in questions]
+    assert assign_splits(questions) == 0
+    assert [q["split"] for q in questions] == before
+    fresh = {q["id"] for q in questions if q["split"] == "fresh"}
+    assert len(fresh) >= 70
+    parents = {q["follow_up_of"] for q in questions if q["id"] in fresh and "follow_up_of" in q}
+    assert parents <= fresh
