@@ -3,6 +3,7 @@
     python -m bench.rag_eval                                   # both models, the default embedder
     python -m bench.rag_eval --models qwen2.5-coder-0.5b --embedder use-multilingual-v3
     python -m bench.rag_eval --retrieval-only                  # no model: recall and leaks only
+    python -m bench.rag_eval --models qwen2.5-coder-0.5b --split fresh   # the clean figures only
     python -m bench.rag_eval --models qwen2.5-coder-0.5b --no-precheck --yesno --fit
                                        # every question generated, the model's yes/no asked too:
                                        # the answerability curves, and the fusion fitted on the
