@@ -8,8 +8,10 @@ the product's own parsers (knowledge.parsers) extract, because that is the text 
 from. The checks, in README.md's words:
 
 - every line is one JSON object, ids are unique, fields have their types;
+- every question is in one split: `tune`, `held_out` (the two halves) or `fresh` (written after
+  the held-out half had been read; never tuned on, never moved);
 - a follow-up's parent exists, comes before it, is a first question (no chains: the bench asks
-  all first questions, then all follow-ups), is asked by the same tenant and is in the same half;
+  all first questions, then all follow-ups), is asked by the same tenant and is in the same split;
 - an answerable question's `evidence` is verbatim in one sentence (as knowledge.chunking cuts
   them) of one block of its source's extracted text, under its `section` (for the PDF: on that
   page), and its first expected fact is in the evidence after the bench's normalisation (the
@@ -18,7 +20,8 @@ from. The checks, in README.md's words:
   verbatim in its `distractor_source`;
 - the tags agree with the fields (`follow-up`, `unanswerable`, `cross-language`, `task`, `leak`);
 - leak terms occur in no acme document and in no question;
-- the halves are balanced in every stratum (printed as a table).
+- the halves are balanced in every stratum (printed as a table, with the fresh split beside
+  them; the fresh split is not balanced against them).
 
 A section that the parser is known to file under another heading (MISFILED) is a warning, not
 an error: the data are right, the citation the product shows would be wrong.
@@ -35,14 +38,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.rag_eval.__main__ import normalise
+from bench.rag_eval.__main__ import SPLITS, normalise
 from knowledge.chunking import _SENTENCE_END
 from knowledge.parsers import Block, detect, parse
 
 HERE = Path(__file__).resolve().parent
 QUESTIONS = HERE / "questions.jsonl"
 TENANTS = ("acme", "globex")
-SPLITS = ("tune", "held_out")
+# SPLITS: the two halves that --assign-splits balances, and the fresh split: written on
+# 2026-12-03 after the held-out half had been read, reported and never tuned on. It is fixed in
+# the file: no assignment moves a fresh question or deals a new one into it.
+HALVES = ("tune", "held_out")
+FRESH = "fresh"
+assert (*HALVES, FRESH) == SPLITS
 LANGUAGES = ("en", "zh")
 TAGS = {"paraphrase", "cross-language", "follow-up", "unanswerable", "leak", "task"}
 # Tags for the kind of passage an answerable question's fact sits in; for reporting only.
@@ -306,7 +314,8 @@ def strata(q: dict[str, Any]) -> list[str]:
 def assign_splits(questions: list[dict[str, Any]]) -> int:
     """Give every conversation without a split a half, so that every stratum splits evenly.
 
-    A conversation (a first question and its follow-ups) is one unit and goes to one half.
+    A conversation (a first question and its follow-ups) is one unit and goes to one half; a new
+    follow-up of a fresh conversation joins the fresh split, and nothing else ever goes there.
     Units are taken in the order of a hash of their first question's id and dealt out in turn;
     then single moves and pairwise swaps are made while they lower the sum, over all strata, of
     the difference between the halves. The result depends on the data alone. Questions that
@@ -325,12 +334,13 @@ def assign_splits(questions: list[dict[str, Any]]) -> int:
         keys = Counter(key for x in unit for key in strata(x))
         given = {x["split"] for x in unit if "split" in x}
         if given:
-            # A new follow-up joins its conversation's half (two halves: validation says so).
+            # A new follow-up joins its conversation's split (two splits: validation says so).
             split = min(given)
             for x in unit:
                 x.setdefault("split", split)
-            fixed = 1 if split == "tune" else -1
-            difference.update({k: fixed * n for k, n in keys.items()})
+            if split in HALVES:  # the fresh split is no half: it weighs on neither side
+                fixed = 1 if split == "tune" else -1
+                difference.update({k: fixed * n for k, n in keys.items()})
         else:
             units.append((unit, keys))
 
@@ -382,11 +392,11 @@ def balance(questions: list[dict[str, Any]], report: Report) -> list[str]:
     for q in questions:
         if q.get("split") in SPLITS:
             counts[q["split"]].update(strata(q))
-    keys = sorted(set(counts["tune"]) | set(counts["held_out"]))
-    lines = ["| stratum | tune | held_out |", "|---|---|---|"]
+    keys = sorted(set().union(*counts.values()))
+    lines = ["| stratum | tune | held_out | fresh |", "|---|---|---|---|"]
     for key in keys:
         tune, held = counts["tune"][key], counts["held_out"][key]
-        lines.append(f"| {key} | {tune} | {held} |")
+        lines.append(f"| {key} | {tune} | {held} | {counts[FRESH][key]} |")
         # A stratum splits as evenly as whole conversations allow: within 2, or 15%.
         if abs(tune - held) > max(2, 0.15 * (tune + held)):
             report.error(key, f"the halves are unbalanced: {tune} tune, {held} held_out")
@@ -421,6 +431,14 @@ def summary(questions: list[dict[str, Any]]) -> list[str]:
     for tenant, category in sorted({(t, c) for t, c, _ in rows}):
         en, zh = rows[tenant, category, "en"], rows[tenant, category, "zh"]
         lines.append(f"{tenant:7} {category:32} en {en:3}  zh {zh:3}  total {en + zh:3}")
+    for split in SPLITS:
+        part = [q for q in questions if q.get("split") == split]
+        kinds = Counter(kind(q) for q in part)
+        follow_ups = sum(bool(q.get("follow_up_of")) for q in part)
+        detail = ", ".join(
+            f"{kinds[k]} {k}" for k in ("answerable", "unanswerable", "task", "leak")
+        )
+        lines.append(f"split {split:9} {len(part):3}: {detail}; {follow_ups} follow-ups")
     return lines
 
 
