@@ -64,6 +64,33 @@ def tenant_model_choose(*, tenant: Tenant, requested: str = "") -> str:
     return requested
 
 
+class ModelNotServed(Exception):
+    """A model the tenant may use (or one nobody knows) that no engine serves now."""
+
+
+def tenant_served_models(*, tenant: Tenant, served: list[str]) -> list[str]:
+    """What the tenant may ask for now: the models it may use that an engine serves
+    (`served`), its default first. The only list a tenant is ever shown (`/v1/models`, the
+    errors naming what it may use instead): models other tenants have stay unnamed."""
+    return [m for m in tenant_models(tenant=tenant) if m in served]
+
+
+def check_tenant_model(*, tenant: Tenant, requested: str, served: list[str]) -> str:
+    """A model named in a REST request, checked before anything is admitted: ModelNotAllowed
+    when this deployment has it but the tenant may not use it, ModelNotServed when it is
+    unknown or no engine serves it now (the message names only what the tenant may use)."""
+    if requested in deployment_models():
+        tenant_model_choose(tenant=tenant, requested=requested)  # ModelNotAllowed
+    usable = tenant_served_models(tenant=tenant, served=served)
+    if requested not in usable:
+        named = ", ".join(repr(m) for m in usable) or "none at the moment"
+        raise ModelNotServed(
+            f"The model '{requested}' does not exist or is not being served; this tenant may "
+            f"use {named}."
+        )
+    return requested
+
+
 def check_tenant_models(*, default_model: str, allowed_models: list[str]) -> None:
     """Admin input: every model named must be one this deployment serves (QASSIST_MODELS),
     else its prompts could not even be counted."""
