@@ -248,6 +248,10 @@ QASSIST_MODEL = env_str("QASSIST_MODEL", "smollm2-135m")  # a registry name or a
 # (`tenants.services.deployment_models`); in Redis mode the workers' `--model` decide what is
 # served, and this list says which vocabularies to load and which models tenants may be given.
 QASSIST_MODELS = [m.strip() for m in env_str("QASSIST_MODELS", "").split(",") if m.strip()]
+# What one token of a model counts for in tenants' quotas and tokens-per-minute limits (issue
+# #36), comma-separated name=weight, e.g. "qwen2.5-coder-1.5b=3": a 1.5B token costs the machine
+# about three 0.5B tokens. A model not listed counts 1 (so nothing changes unless this is set).
+QASSIST_MODEL_TOKEN_WEIGHTS = env_str("QASSIST_MODEL_TOKEN_WEIGHTS", "")
 QASSIST_MODELS_DIR = Path(env_str("QASSIST_MODELS_DIR", str(BASE_DIR / "models")))
 QASSIST_MAX_SEQ_TOKENS = env_int("QASSIST_MAX_SEQ_TOKENS", 4096)  # one conversation's limit
 # One pool of QASSIST_CONTEXT_SIZE KV cells shared by all sequences (shared prefixes cost

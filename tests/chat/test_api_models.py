@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
+from pytest_django import Settings
 
 from chat.api import schemas
 from chat.models import Message
@@ -162,3 +163,63 @@ async def test_the_reply_and_its_usage_record_name_the_model_that_answered(
     assert reply.model == LARGE
     assert record.model == LARGE
     assert detail.json()["model"] == LARGE
+
+
+# --- QASSIST_MODEL_TOKEN_WEIGHTS: a request of the heavier model meets a limit sooner -------
+
+
+def limit_tenant(tenant: Tenant, **limits: int) -> None:
+    tenant.allowed_models = [LARGE]
+    for name, value in limits.items():
+        setattr(tenant, name, value)
+    tenant.save()
+
+
+# A limit of 299 tokens and max_tokens 100: the 0.5B's request (its prompt + 100) fits, the
+# 1.5B's, counted 3 times, is 300 or more whatever its prompt.
+LIMIT = 299
+
+
+@pytest.mark.parametrize(
+    ("limit", "code", "fragment"),
+    [
+        ("tokens_per_minute", "rate_limit_exceeded", "each counted 3 times for its model"),
+        ("daily_token_quota", "insufficient_quota", "daily quota"),
+    ],
+)
+async def test_the_heavier_models_request_meets_the_limit_the_lighter_ones_fits(
+    settings: Settings,
+    runners: dict[str, FakeRunner],
+    api_key: tuple[ApiKey, str],
+    tenant: Tenant,
+    limit: str,
+    code: str,
+    fragment: str,
+) -> None:
+    settings.QASSIST_MODEL_TOKEN_WEIGHTS = f"{LARGE}=3"
+    await sync_to_async(limit_tenant)(tenant, **{limit: LIMIT})
+
+    large = await post(api_key[1], {**ask("hi", LARGE), "max_tokens": 100})
+    small = await post(api_key[1], {**ask("hi", SMALL), "max_tokens": 100})
+
+    assert small.status_code == 200, small.content
+    assert large.status_code == 429
+    error = error_of(large)
+    assert error["code"] == code
+    assert fragment in error["message"]
+    assert runners[LARGE].batches == []  # never reached its engine
+
+
+async def test_unweighed_both_models_requests_fit_the_same_limit(
+    settings: Settings,
+    runners: dict[str, FakeRunner],
+    api_key: tuple[ApiKey, str],
+    tenant: Tenant,
+) -> None:
+    settings.QASSIST_MODEL_TOKEN_WEIGHTS = ""
+    await sync_to_async(limit_tenant)(tenant, tokens_per_minute=LIMIT)
+
+    large = await post(api_key[1], {**ask("hi", LARGE), "max_tokens": 100})
+
+    assert large.status_code == 200, large.content
+    assert schemas.ChatCompletion.model_validate(large.json()).model == LARGE
