@@ -8,6 +8,7 @@ qassist.E005 DATABASE_URL cannot be parsed
 qassist.E006 a login lockout setting is malformed
 qassist.E007 a scheduling setting (queue policy, aging, wait bound, speed floor, host cache) is bad
 qassist.E008 QASSIST_MODEL_TOKEN_WEIGHTS is not name=weight,... with weights above 0
+qassist.E009 QASSIST_CPU_BUDGET is not auto, on or off
 qassist.W001 the configured model is not on disk yet
 qassist.W006 QASSIST_LOGIN_LOCKOUT_BY is set but no longer read
 """
@@ -406,6 +407,21 @@ def _check_one_model(name: str) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+@register("qassist")
+def check_cpu_budget(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    """Engines taking turns for the host's cores (issue #36, inference/budget.py)."""
+    mode = str(settings.QASSIST_CPU_BUDGET).strip().lower()
+    if mode in ("auto", "on", "off", "1", "0", "true", "false", "yes", "no"):
+        return []
+    return [
+        Error(
+            f"QASSIST_CPU_BUDGET={settings.QASSIST_CPU_BUDGET!r} is not auto, on or off.",
+            hint="auto (the default) turns it on when more than one model is configured.",
+            id="qassist.E009",
+        )
+    ]
 
 
 @register("qassist")

@@ -297,6 +297,11 @@ QASSIST_PASSAGE_KV_RECOMPUTE = env_int("QASSIST_PASSAGE_KV_RECOMPUTE", 0)
 # Besides loopback and staff, who may read GET /metrics (CIDR networks, e.g. 10.0.0.0/8).
 QASSIST_METRICS_NETWORKS = env_list("QASSIST_METRICS_NETWORKS", "")
 QASSIST_THREADS = env_int("QASSIST_THREADS", os.cpu_count() or 2)
+# Engines sharing this host's cores take turns, a step each (inference/budget.py): "auto" (on when
+# more than one model is configured, QASSIST_MODEL + QASSIST_MODELS), "on" or "off". Across
+# processes (a worker per model) the turn is kept in lock files in QASSIST_CPU_BUDGET_DIR.
+QASSIST_CPU_BUDGET = env_str("QASSIST_CPU_BUDGET", "auto")
+QASSIST_CPU_BUDGET_DIR = env_str("QASSIST_CPU_BUDGET_DIR", str(VAR_DIR / "cpu"))
 # How much the engine's threads lower their CPU priority (Unix nice, 0-19; 0 leaves it): where
 # the engine shares cores with web processes, a request's own work (admission, a refusal, its
 # first token's trip to the client) runs first and waits less for a step's computation.
