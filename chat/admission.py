@@ -263,6 +263,7 @@ def _admit(
         # quotas, never against the per-minute rates or anyone's stream slots.
         streams=not background,
         rate=not background,
+        model=model,  # its tokens count as the model's weight says
     )
     _reserve(plan=plan, principal=principal)
     cached = None

@@ -68,6 +68,7 @@ class BatchRequest:
     messages: list[ChatMessage]
     params: SamplingParams
     custom_id: str = ""
+    model: str = ""  # "" the tenant's default
 
 
 # --- creating, reading, cancelling ---------------------------------------------------------
@@ -110,6 +111,7 @@ def batch_create(
                     custom_id=request.custom_id,
                     messages=[{"role": m.role, "content": m.content} for m in request.messages],
                     params=request.params.to_dict(),
+                    model=request.model,
                 )
                 for i, request in enumerate(requests)
             ],
@@ -355,6 +357,7 @@ async def _run_item(batch: Batch, item: BatchItem, stop: asyncio.Event) -> None:
             params=params,
             background=True,
             cacheable=False,
+            model=item.model,
         )
     except admission.Refused as refused:
         await database_sync_to_async(_refused)(item, refused.code, refused.message)
@@ -421,6 +424,8 @@ def _store(batch: Batch, item: BatchItem, content: str, done: Done, model: str =
             finished_at=timezone.now(),
             error="",
             error_code="",
+            # The model that answered: the one asked for, or the tenant's default for "".
+            **({"model": model} if model else {}),
         )
         if written:
             UsageRecord.objects.create(

@@ -444,6 +444,9 @@ class BatchItem(models.Model):
     custom_id = models.CharField(max_length=256, blank=True)
     messages = models.JSONField()  # [{"role", "content"}], as the client sent them
     params = models.JSONField()  # SamplingParams.to_dict()
+    # The model its request named (issue #36), checked against the tenant's when submitted and
+    # again when it runs; "" the tenant's default (a batch submitted in the admin).
+    model = models.CharField(max_length=200, blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     not_before = models.DateTimeField(null=True, blank=True)  # a retry waits until then

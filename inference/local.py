@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from inference.budget import Turn
 from inference.engine import Engine
 from inference.metrics import record_refusal
 from inference.types import Done, ErrorCode, Event, Failed, FinishReason
@@ -108,8 +109,11 @@ class LocalEngineClient:
         heartbeat_timeout: float = 10.0,
         stall_after: float = 30.0,
         model: str = "",
+        turn: Turn | None = None,
     ) -> None:
         self._factory = engine_factory
+        # Its seat at the host's compute turn (inference.budget), when engines share the cores.
+        self.turn = turn
         # The name it serves; a request naming another is refused. "": the one model of this
         # process, whatever a request names it (as before #36).
         self.model = model
@@ -138,7 +142,7 @@ class LocalEngineClient:
     def _run(self) -> None:
         try:
             self.worker = EngineWorker(
-                self._factory(), self.transport, stall_after=self.stall_after
+                self._factory(), self.transport, stall_after=self.stall_after, turn=self.turn
             )
         except BaseException as exc:
             # Whatever ends the factory, a BaseException too (KeyboardInterrupt, SystemExit, a
@@ -310,7 +314,8 @@ class RoutedEngineClient:
     """Embedded mode with several models (QASSIST_MODELS): one engine per model in this
     process, each on a thread of its own, and each request handed to its model's engine. A
     request naming no model goes to the default; one naming a model not here is refused at
-    once. The engines share the machine's cores: two busy ones slow each other down."""
+    once. The engines share the machine's cores: with the CPU budget (QASSIST_CPU_BUDGET, on
+    by default here) they take turns, a step each, instead of thrashing them."""
 
     def __init__(self, clients: dict[str, LocalEngineClient], default: str) -> None:
         if default not in clients:

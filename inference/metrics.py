@@ -151,6 +151,12 @@ _COUNTERS = (
     ("decode_seconds", "decode_seconds", "Seconds spent in llama_decode."),
     ("floor_yields", "floor_yields", "Times the speed floor yielded to a waiting request."),
     ("floor_yielded_seconds", "floor_yielded_seconds", "Seconds the speed floor was yielded."),
+    ("cpu_turns", "cpu_turns", "Steps run holding the host's CPU turn (QASSIST_CPU_BUDGET)."),
+    (
+        "cpu_turn_wait_seconds",
+        "cpu_turn_wait_seconds",
+        "Seconds waited for the host's CPU turn while another engine stepped.",
+    ),
 )
 _HISTOGRAMS = (
     ("time_to_first_token_seconds", "ttft_seconds", "From the request to its first token."),

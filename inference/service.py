@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from inference import metrics, modelstore
+from inference.budget import HostTurns, Turn
 from inference.engine import Engine, PassageFinder, PassageSource
 from inference.types import ChatMessage, Event
 from inference.worker import Submission
@@ -64,6 +65,32 @@ def engine_mode() -> str:
 def default_model() -> str:
     """The model a request naming none gets: QASSIST_MODEL, by the name it is given there."""
     return str(settings.QASSIST_MODEL)
+
+
+def cpu_budget_on() -> bool:
+    """Whether engines take turns for the host's cores (QASSIST_CPU_BUDGET): "auto" is on when
+    this deployment is configured with more than one model, whose engines would share them."""
+    mode = str(settings.QASSIST_CPU_BUDGET).strip().lower()
+    if mode == "auto":
+        return len(dict.fromkeys([default_model(), *settings.QASSIST_MODELS])) > 1
+    return mode in ("on", "1", "true", "yes")
+
+
+_host_turns: HostTurns | None = None
+
+
+def engine_turn() -> Turn | None:
+    """A seat at the host's compute turn for one engine of this process, or None when the CPU
+    budget is off. Engines of this process share one ticket lock; the lock files in
+    QASSIST_CPU_BUDGET_DIR extend it to the engines of other processes on the host."""
+    global _host_turns
+    if not cpu_budget_on():
+        return None
+    with _lock:
+        if _host_turns is None:
+            folder = str(settings.QASSIST_CPU_BUDGET_DIR)
+            _host_turns = HostTurns(Path(folder) if folder else None)
+        return _host_turns.seat()
 
 
 def build_engine(model: str | None = None) -> Engine:
@@ -232,6 +259,7 @@ def _make_client() -> EngineClient:
             functools.partial(build_engine, model),
             stall_after=settings.QASSIST_ENGINE_STALL_SECONDS,
             model=model,
+            turn=engine_turn(),
         )
 
     models = list(dict.fromkeys([default_model(), *settings.QASSIST_MODELS]))

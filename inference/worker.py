@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from inference.budget import Turn
 from inference.engine import Engine
 from inference.types import ChatMessage, ErrorCode, Event, SamplingParams
 
@@ -108,8 +109,12 @@ class EngineWorker:
         heartbeat_interval: float = 1.0,
         idle_wait: float = 0.5,
         stall_after: float = 30.0,
+        turn: Turn | None = None,
     ) -> None:
         self.engine = engine
+        # The host's compute turn (inference.budget), held for each step; None: steps run
+        # whenever they are due (one engine on the host).
+        self.turn = turn
         self.transport = transport
         self.heartbeat_interval = heartbeat_interval
         self.idle_wait = idle_wait
@@ -137,9 +142,14 @@ class EngineWorker:
         self.maybe_heartbeat()
 
     def _step(self) -> list[Event]:
+        # The wait for the host's turn counts as the step's for the watchdog: an engine held
+        # up by its neighbour's stuck step is stuck too, and its replies wait as long.
         self.step_started = time.monotonic()
         try:
-            return self.engine.step()
+            if self.turn is None:
+                return self.engine.step()
+            with self.turn:
+                return self.engine.step()
         finally:
             self.step_started = None
 
@@ -233,9 +243,15 @@ class EngineWorker:
             "slots": self.engine.runner.n_seq_max,
             "draining": self.draining,
             **self.watchdog(),
+            **self._turn_status(),
             "started_at": self.started_at,
             "time": time.time(),
         }
+
+    def _turn_status(self) -> dict[str, Any]:
+        if self.turn is None:
+            return {}
+        return {"cpu_turns": self.turn.taken, "cpu_turn_wait_seconds": round(self.turn.waited, 3)}
 
     def heartbeat_forever(self, stall_seconds: float = 60.0) -> None:
         """Beat from a thread of its own (run_inference_worker starts one), so that one long

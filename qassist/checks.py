@@ -7,6 +7,8 @@ qassist.E004 QASSIST_MODEL (or an entry of QASSIST_MODELS) names no known model 
 qassist.E005 DATABASE_URL cannot be parsed
 qassist.E006 a login lockout setting is malformed
 qassist.E007 a scheduling setting (queue policy, aging, wait bound, speed floor, host cache) is bad
+qassist.E008 QASSIST_MODEL_TOKEN_WEIGHTS is not name=weight,... with weights above 0
+qassist.E009 QASSIST_CPU_BUDGET is not auto, on or off
 qassist.W001 the configured model is not on disk yet
 qassist.W006 QASSIST_LOGIN_LOCKOUT_BY is set but no longer read
 """
@@ -402,6 +404,40 @@ def _check_one_model(name: str) -> list[CheckMessage]:
                 f"{setting}: {name!r} is neither a known model nor an existing .gguf file.",
                 hint=f"Use one of {', '.join(modelstore.REGISTRY)}, or the path of a .gguf file.",
                 id="qassist.E004",
+            )
+        ]
+    return []
+
+
+@register("qassist")
+def check_cpu_budget(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    """Engines taking turns for the host's cores (issue #36, inference/budget.py)."""
+    mode = str(settings.QASSIST_CPU_BUDGET).strip().lower()
+    if mode in ("auto", "on", "off", "1", "0", "true", "false", "yes", "no"):
+        return []
+    return [
+        Error(
+            f"QASSIST_CPU_BUDGET={settings.QASSIST_CPU_BUDGET!r} is not auto, on or off.",
+            hint="auto (the default) turns it on when more than one model is configured.",
+            id="qassist.E009",
+        )
+    ]
+
+
+@register("qassist")
+def check_model_token_weights(app_configs: AppConfigs = None, **kwargs: Any) -> list[CheckMessage]:
+    """What each model's tokens count for in quotas and limits (issue #36)."""
+    from tenants.services import parse_model_token_weights
+
+    try:
+        parse_model_token_weights(str(settings.QASSIST_MODEL_TOKEN_WEIGHTS))
+    except ValueError as exc:
+        return [
+            Error(
+                f"QASSIST_MODEL_TOKEN_WEIGHTS: {exc}; every model's tokens count once until "
+                "it is fixed.",
+                hint='For example QASSIST_MODEL_TOKEN_WEIGHTS="qwen2.5-coder-1.5b=3".',
+                id="qassist.E008",
             )
         ]
     return []

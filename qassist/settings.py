@@ -248,6 +248,10 @@ QASSIST_MODEL = env_str("QASSIST_MODEL", "smollm2-135m")  # a registry name or a
 # (`tenants.services.deployment_models`); in Redis mode the workers' `--model` decide what is
 # served, and this list says which vocabularies to load and which models tenants may be given.
 QASSIST_MODELS = [m.strip() for m in env_str("QASSIST_MODELS", "").split(",") if m.strip()]
+# What one token of a model counts for in tenants' quotas and tokens-per-minute limits (issue
+# #36), comma-separated name=weight, e.g. "qwen2.5-coder-1.5b=3": a 1.5B token costs the machine
+# about three 0.5B tokens. A model not listed counts 1 (so nothing changes unless this is set).
+QASSIST_MODEL_TOKEN_WEIGHTS = env_str("QASSIST_MODEL_TOKEN_WEIGHTS", "")
 QASSIST_MODELS_DIR = Path(env_str("QASSIST_MODELS_DIR", str(BASE_DIR / "models")))
 QASSIST_MAX_SEQ_TOKENS = env_int("QASSIST_MAX_SEQ_TOKENS", 4096)  # one conversation's limit
 # One pool of QASSIST_CONTEXT_SIZE KV cells shared by all sequences (shared prefixes cost
@@ -293,6 +297,11 @@ QASSIST_PASSAGE_KV_RECOMPUTE = env_int("QASSIST_PASSAGE_KV_RECOMPUTE", 0)
 # Besides loopback and staff, who may read GET /metrics (CIDR networks, e.g. 10.0.0.0/8).
 QASSIST_METRICS_NETWORKS = env_list("QASSIST_METRICS_NETWORKS", "")
 QASSIST_THREADS = env_int("QASSIST_THREADS", os.cpu_count() or 2)
+# Engines sharing this host's cores take turns, a step each (inference/budget.py): "auto" (on when
+# more than one model is configured, QASSIST_MODEL + QASSIST_MODELS), "on" or "off". Across
+# processes (a worker per model) the turn is kept in lock files in QASSIST_CPU_BUDGET_DIR.
+QASSIST_CPU_BUDGET = env_str("QASSIST_CPU_BUDGET", "auto")
+QASSIST_CPU_BUDGET_DIR = env_str("QASSIST_CPU_BUDGET_DIR", str(VAR_DIR / "cpu"))
 # How much the engine's threads lower their CPU priority (Unix nice, 0-19; 0 leaves it): where
 # the engine shares cores with web processes, a request's own work (admission, a refusal, its
 # first token's trip to the client) runs first and waits less for a step's computation.

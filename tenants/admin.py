@@ -59,6 +59,7 @@ from tenants.services import (
     tenant_set_active,
     tenant_stamp_content_audit,
     usage_period_start,
+    usage_tokens_in_period,
     usage_totals,
 )
 from tenants.usage import usage_records_csv
@@ -340,8 +341,12 @@ class TenantAdmin(TenantScopedAdmin[Tenant]):
         )
         if totals["rejected"]:
             text += f", {totals['rejected']:,} rejected"
+        # Quotas count each model's tokens by its weight (QASSIST_MODEL_TOKEN_WEIGHTS).
+        counted = usage_tokens_in_period(tenant_id=obj.pk, period=period)
+        if counted != totals["total_tokens"]:
+            text += f"; {counted:,} as quotas count them (model weights)"
         if quota:
-            text += f"; {totals['total_tokens'] / quota:.0%} of the {quota:,} token quota"
+            text += f"; {counted / quota:.0%} of the {quota:,} token quota"
         return text
 
 

@@ -21,6 +21,7 @@ from django.utils.http import urlencode
 
 from tenants.admin_scope import admin_tenants
 from tenants.models import ApiKey, Tenant
+from tenants.services import model_token_weights
 from tenants.usage import (
     UsageReport,
     UsageScope,
@@ -100,6 +101,7 @@ def usage_page(
         "by_api_key": _labelled(report.by_api_key, names["api_key"]),
         "by_model": [{**row, "label": row["id"] or "(not recorded)"} for row in report.by_model],
         "quotas": _quotas(tenant) if tenant is not None else [],
+        "token_weights": sorted(model_token_weights().items()),
         "chart_data": _chart_data(report),
         "feedback": _feedback(scope),
     }

@@ -208,6 +208,9 @@ class Plan:
     seconds_to_next_month: int
     streams: bool = True  # holds a concurrent-stream slot while it runs
     rate: bool = True  # counts in the per-minute windows (batch work counts in quotas only)
+    # What each of the model's tokens counts for (QASSIST_MODEL_TOKEN_WEIGHTS): `tokens` is
+    # already weighed; what the request really used is weighed with it when it settles.
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)

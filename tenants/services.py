@@ -7,6 +7,7 @@ they do not write tenant models themselves.
 from __future__ import annotations
 
 import hmac
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -64,6 +65,33 @@ def tenant_model_choose(*, tenant: Tenant, requested: str = "") -> str:
     return requested
 
 
+class ModelNotServed(Exception):
+    """A model the tenant may use (or one nobody knows) that no engine serves now."""
+
+
+def tenant_served_models(*, tenant: Tenant, served: list[str]) -> list[str]:
+    """What the tenant may ask for now: the models it may use that an engine serves
+    (`served`), its default first. The only list a tenant is ever shown (`/v1/models`, the
+    errors naming what it may use instead): models other tenants have stay unnamed."""
+    return [m for m in tenant_models(tenant=tenant) if m in served]
+
+
+def check_tenant_model(*, tenant: Tenant, requested: str, served: list[str]) -> str:
+    """A model named in a REST request, checked before anything is admitted: ModelNotAllowed
+    when this deployment has it but the tenant may not use it, ModelNotServed when it is
+    unknown or no engine serves it now (the message names only what the tenant may use)."""
+    if requested in deployment_models():
+        tenant_model_choose(tenant=tenant, requested=requested)  # ModelNotAllowed
+    usable = tenant_served_models(tenant=tenant, served=served)
+    if requested not in usable:
+        named = ", ".join(repr(m) for m in usable) or "none at the moment"
+        raise ModelNotServed(
+            f"The model '{requested}' does not exist or is not being served; this tenant may "
+            f"use {named}."
+        )
+    return requested
+
+
 def check_tenant_models(*, default_model: str, allowed_models: list[str]) -> None:
     """Admin input: every model named must be one this deployment serves (QASSIST_MODELS),
     else its prompts could not even be counted."""
@@ -74,6 +102,53 @@ def check_tenant_models(*, default_model: str, allowed_models: list[str]) -> Non
             f"Not served by this deployment: {', '.join(unknown)}. "
             f"QASSIST_MODELS lists {', '.join(offered)}."
         )
+
+
+# --- What a model's token counts for in limits and quotas -----------------------------------
+
+
+def parse_model_token_weights(raw: str) -> dict[str, float]:
+    """QASSIST_MODEL_TOKEN_WEIGHTS ("qwen2.5-coder-1.5b=3,smollm2-135m=0.5") as a dict;
+    ValueError naming the part that is not `name=weight` with a weight above 0."""
+    weights: dict[str, float] = {}
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        name, sep, value = (x.strip() for x in part.rpartition("="))
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = -1.0
+        if not sep or not name or not math.isfinite(weight) or weight <= 0:
+            raise ValueError(f"'{part}' is not name=weight with a weight above 0")
+        weights[name] = weight
+    return weights
+
+
+def model_token_weight(model: str) -> float:
+    """What one token of `model` counts for in the tenants' quotas and tokens-per-minute
+    limits: its QASSIST_MODEL_TOKEN_WEIGHTS weight, 1 when it has none. Usage without a model
+    (embeddings; records from before #36) counts 1. A malformed setting counts 1 everywhere
+    (the system check qassist.E008 names it at start)."""
+    return model_token_weights().get(model, 1.0) if model else 1.0
+
+
+def model_token_weights() -> dict[str, float]:
+    """The weights set (QASSIST_MODEL_TOKEN_WEIGHTS); none when it is malformed."""
+    try:
+        return parse_model_token_weights(str(settings.QASSIST_MODEL_TOKEN_WEIGHTS))
+    except ValueError:
+        return {}
+
+
+def weighted_tokens(tokens: int, weight: float) -> int:
+    """`tokens` of a model weighing `weight`, as limits and quotas count them (rounded up, so
+    a weight above 1 never lets a token through free)."""
+    return tokens if weight == 1.0 else math.ceil(tokens * weight)
+
+
+def model_weighted_tokens(*, model: str, tokens: int) -> int:
+    return weighted_tokens(tokens, model_token_weight(model))
 
 
 _SLUG_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,48}[a-z0-9])?")
@@ -420,13 +495,22 @@ def usage_totals(*, tenant: Tenant, since: datetime, until: datetime | None = No
 
 
 def usage_tokens_in_period(*, tenant_id: int, period: Literal["day", "month"]) -> int:
-    """Tokens recorded for the tenant since the start of the local day or month: what a quota
-    counter starts from when Redis does not have it."""
+    """Tokens recorded for the tenant since the start of the local day or month, each model's
+    weighed (`model_token_weight`): what a quota counter starts from when Redis does not have
+    it."""
     since = usage_period_start(period=period)
-    sums = UsageRecord.objects.filter(tenant_id=tenant_id, created_at__gte=since).aggregate(
-        prompt=Sum("prompt_tokens", default=0), completion=Sum("completion_tokens", default=0)
+    rows = (
+        UsageRecord.objects.filter(tenant_id=tenant_id, created_at__gte=since)
+        .order_by()
+        .values("model")
+        .annotate(
+            prompt=Sum("prompt_tokens", default=0), completion=Sum("completion_tokens", default=0)
+        )
     )
-    return int(sums["prompt"] + sums["completion"])
+    return sum(
+        model_weighted_tokens(model=row["model"], tokens=int(row["prompt"] + row["completion"]))
+        for row in rows
+    )
 
 
 # --- Who is asking, and what their tenant allows ---------------------------------------------
@@ -506,9 +590,12 @@ def limits_plan(
     streams: bool = True,
     rate: bool = True,
     now: datetime | None = None,
+    model: str = "",
 ) -> Plan:
-    """What a request of `tokens` (worst case) asks of `tenant`'s limits, read fresh: a limit
-    changed in the admin applies to the next request."""
+    """What a request of `tokens` (worst case) of `model` asks of `tenant`'s limits, read
+    fresh: a limit changed in the admin applies to the next request. Tokens count as the
+    model's weight says (`model_token_weight`; "" counts 1)."""
+    weight = model_token_weight(model)
     now = now or timezone.now()
     day = usage_period_start(period="day", now=now)
     month = usage_period_start(period="month", now=now)
@@ -518,7 +605,8 @@ def limits_plan(
         request_id=request_id,
         tenant_id=tenant.pk,
         principal=principal.key,
-        tokens=tokens,
+        tokens=weighted_tokens(tokens, weight),
+        weight=weight,
         limits=tenant_limits(tenant=tenant, principal_streams=principal.max_streams),
         day=day.strftime("%Y-%m-%d"),
         month=month.strftime("%Y-%m"),
@@ -545,7 +633,8 @@ def limits_reserve(*, plan: Plan) -> Refusal | None:
 
 
 def limits_settle(*, plan: Plan, used_tokens: int) -> None:
-    get_limiter().settle(plan, used_tokens=used_tokens)
+    """End the plan's reservation with the tokens really used (weighed as it was)."""
+    get_limiter().settle(plan, used_tokens=weighted_tokens(used_tokens, plan.weight))
 
 
 def limits_renew(*, plan: Plan) -> None:
@@ -566,9 +655,13 @@ def refusal_message(*, refusal: Refusal, plan: Plan, tenant: Tenant) -> str:
     limit = getattr(plan.limits, refusal.reason)
     text = REFUSAL_MESSAGES[refusal.reason].format(tenant=tenant.name or tenant.slug, limit=limit)
     if refusal.reason == "tokens_per_minute" and plan.tokens > (limit or 0):
+        counted = (
+            "" if plan.weight == 1.0 else f", each counted {plan.weight:g} times for its model"
+        )
         return (
-            f"This request may take {plan.tokens} tokens (prompt + max_tokens), more than the "
-            f"{limit} tokens per minute {tenant.name or tenant.slug} may use: lower max_tokens."
+            f"This request may take {plan.tokens} tokens (prompt + max_tokens{counted}), more "
+            f"than the {limit} tokens per minute {tenant.name or tenant.slug} may use: lower "
+            "max_tokens."
         )
     return f"{text} Try again in {refusal.retry_after:.0f} s."
 

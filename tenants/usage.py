@@ -30,6 +30,7 @@ from tenants.models import (
     UsageRecord,
     UsageRollupProgress,
 )
+from tenants.services import model_token_weight, model_weighted_tokens, weighted_tokens
 
 BUCKET_FIELDS = [f"ttft_b{i:02}" for i in range(len(TTFT_BUCKETS_MS) + 1)]
 COUNT_FIELDS = [
@@ -335,7 +336,7 @@ def usage_report(*, scope: UsageScope, now: datetime | None = None) -> UsageRepo
         by_user=_breakdown(reader, "user_id"),
         by_api_key=_breakdown(reader, "api_key_id"),
         reasons=_reasons(reader),
-        by_model=_breakdown(reader, "model"),
+        by_model=_model_breakdown(reader),
         hourly=_hourly(scope, now=now),
     )
 
@@ -355,6 +356,16 @@ def no_usage() -> dict[str, Any]:
 def _breakdown(reader: _Reader, dim: str) -> list[dict[str, Any]]:
     rows = [{"id": key[0], **summary(numbers)} for key, numbers in reader.grouped((dim,)).items()]
     rows.sort(key=lambda row: (-row["total_tokens"], -row["requests"], str(row["id"])))
+    return rows
+
+
+def _model_breakdown(reader: _Reader) -> list[dict[str, Any]]:
+    """Per model, with what its tokens count for in quotas and tokens-per-minute limits: its
+    weight and its tokens weighed (`quota_tokens`)."""
+    rows = _breakdown(reader, "model")
+    for row in rows:
+        row["weight"] = model_token_weight(row["id"] or "")
+        row["quota_tokens"] = weighted_tokens(row["total_tokens"], row["weight"])
     return rows
 
 
@@ -427,13 +438,18 @@ def _as_utc_hour(value: datetime | str) -> datetime:
 
 
 def usage_tokens_since(*, tenant: Tenant, since: date) -> int:
-    """Tokens `tenant` used from local day `since` up to now, roll-up plus live."""
+    """Tokens `tenant` used from local day `since` up to now, roll-up plus live, each model's
+    weighed as its quotas count them (`model_token_weight`)."""
     today = timezone.localdate()
     numbers = _Reader(
         UsageScope(tenants=Tenant.objects.filter(pk=tenant.pk), start=since, end=today)
-    ).grouped(())
-    total = numbers.get((), _zero())
-    return total["prompt_tokens"] + total["completion_tokens"]
+    ).grouped(("model",))
+    return sum(
+        model_weighted_tokens(
+            model=key[0] or "", tokens=n["prompt_tokens"] + n["completion_tokens"]
+        )
+        for key, n in numbers.items()
+    )
 
 
 # --- CSV -------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from chat.api.endpoint import (
     api_endpoint,
     served_model,
 )
-from chat.api.views import _sampling
+from chat.api.views import _sampling, _served_models, check_served_model
 from chat.batches import BatchError, BatchRequest
 from chat.models import Batch, BatchItem
 from chat.services.checks import ChatError
@@ -55,7 +55,13 @@ async def batch_collection(request: HttpRequest) -> HttpResponseBase:
     if request.method == "GET":
         rows = await database_sync_to_async(_list)(principal)
         return JsonResponse({"object": "list", "data": rows})
-    name, requests = _parse_batch(request)
+    name, lines = _parse_batch(request)
+    served = await _served_models()
+    for where, line in lines:  # each line's model as chat completions checks it
+        check_served_model(
+            principal, line.model, served, param=f"{where}.model", where=f"{where}: "
+        )
+    requests = [line for _where, line in lines]
     try:
         batch = await database_sync_to_async(batches.batch_create)(
             tenant=principal.tenant, requests=requests, api_key=principal.api_key, name=name
@@ -128,7 +134,7 @@ def result_line(batch: Batch, item: BatchItem) -> dict[str, Any]:
             id=f"{batch_ref(batch)}-{item.index}",
             object="chat.completion",
             created=_stamp(item.finished_at),
-            model=served_model(),
+            model=item.model or served_model(),
             choices=[
                 schemas.BatchChoice(
                     index=0,
@@ -182,7 +188,9 @@ def _resume_here() -> None:
         batches.batches_resume()
 
 
-def _parse_batch(request: HttpRequest) -> tuple[str, list[BatchRequest]]:
+def _parse_batch(request: HttpRequest) -> tuple[str, list[tuple[str, BatchRequest]]]:
+    """The batch's name and its requests, each with where it was in the body (`line 4`,
+    `requests[3]`) for the errors that name it."""
     content_type = request.content_type or ""
     try:
         text = api_body(request).decode("utf-8")
@@ -226,7 +234,7 @@ def _parse_batch(request: HttpRequest) -> tuple[str, list[BatchRequest]]:
             )
         name = str(data.get("name") or "")[:200]
         raw = [(f"requests[{i}]", entry) for i, entry in enumerate(data["requests"])]
-    return name, [_batch_request(where, entry) for where, entry in raw]
+    return name, [(where, _batch_request(where, entry)) for where, entry in raw]
 
 
 # A batch item's reply is stored as text: nothing reads it back into tool calls or logprobs.
@@ -256,14 +264,6 @@ def _batch_request(where: str, entry: Any) -> BatchRequest:
             code="invalid_value",
             param=f"{where}.stream",
         )
-    if body.model != served_model():
-        raise ApiError(
-            404,
-            f"{where}: the model '{body.model}' does not exist; this server serves "
-            f"'{served_model()}'.",
-            code="model_not_found",
-            param=f"{where}.model",
-        )
     for name in _NOT_IN_BATCHES:
         value = getattr(body, name)
         if value not in (None, False) and not (name == "response_format" and value.type == "text"):
@@ -280,4 +280,6 @@ def _batch_request(where: str, entry: Any) -> BatchRequest:
         raise ApiError(
             400, f"{where}: {exc.message}", code=exc.code, param=f"{where}.{exc.param}"
         ) from None
-    return BatchRequest(messages=messages, params=_sampling(body), custom_id=custom_id)
+    return BatchRequest(
+        messages=messages, params=_sampling(body), custom_id=custom_id, model=body.model
+    )

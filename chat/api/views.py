@@ -51,6 +51,13 @@ from chat.services.turns import Turn
 from inference.service import get_engine_client
 from inference.types import Delta, Done, Event, Failed, Queued, SamplingParams
 from knowledge.turns import mark_cited
+from tenants.services import (
+    ModelNotAllowed,
+    ModelNotServed,
+    Principal,
+    check_tenant_model,
+    tenant_served_models,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +68,10 @@ logger = logging.getLogger(__name__)
 async def models(request: HttpRequest) -> HttpResponseBase:
     from chat.api.embeddings import served_embedding_model
 
-    # The chat models being served (the default one even while no worker is up: a request for
-    # it then answers worker_down), then the embedding model.
-    chat_models = await _served_models()
+    # The chat models the key's tenant may use that are being served, its default first (the
+    # deployment's default even while no engine serves it: a request for it then answers
+    # worker_down), then the embedding model. Models other tenants have are never listed.
+    chat_models = await tenant_models_served(_principal(request))
     served = [*chat_models, served_embedding_model()]
     return _json(
         schemas.ModelList(
@@ -83,19 +91,35 @@ async def _served_models() -> list[str]:
     return [default, *(m for m in served if m != default)]
 
 
+async def tenant_models_served(principal: Principal) -> list[str]:
+    """The models `principal`'s tenant may ask for now, its default first."""
+    return tenant_served_models(tenant=principal.tenant, served=await _served_models())
+
+
+async def check_model(principal: Principal, model: str) -> None:
+    """The model a request names, checked against the tenant's rule and what is served."""
+    check_served_model(principal, model, await _served_models())
+
+
+def check_served_model(
+    principal: Principal, model: str, served: list[str], *, param: str = "model", where: str = ""
+) -> None:
+    """A 400 model_not_allowed (a model the tenant may not use) or a 404 model_not_found (one
+    nobody serves now), each naming only the models the tenant may use. `where`: the line of a
+    batch, put before the message."""
+    try:
+        check_tenant_model(tenant=principal.tenant, requested=model, served=served)
+    except ModelNotAllowed as exc:
+        raise ApiError(400, f"{where}{exc}", code="model_not_allowed", param=param) from None
+    except ModelNotServed as exc:
+        raise ApiError(404, f"{where}{exc}", code="model_not_found", param=param) from None
+
+
 @api_endpoint(methods=("POST",))
 async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     body = _parse(request)
-    served = await _served_models()
-    if body.model not in served:
-        raise ApiError(
-            404,
-            f"The model '{body.model}' does not exist or is not being served; this server "
-            f"serves {', '.join(repr(m) for m in served)}.",
-            code="model_not_found",
-            param="model",
-        )
     principal = _principal(request)
+    await check_model(principal, body.model)
     try:
         plan = structured.completion_plan(body)
     except ChatError as exc:

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from inference.modelstore import UnknownModelError
-from inference.service import build_engine, default_model
+from inference.service import build_engine, default_model, engine_turn
 from inference.transport import RedisWorkerTransport
 from inference.worker import EngineWorker, stop_on_signals
 
@@ -57,7 +57,11 @@ class Command(BaseCommand):
             heartbeat_timeout=settings.QASSIST_WORKER_HEARTBEAT_SECONDS,
             model=model,
         )
-        worker = EngineWorker(engine, transport, stall_after=settings.QASSIST_ENGINE_STALL_SECONDS)
+        # With several models on this host, its workers take turns for the cores, a step each.
+        turn = engine_turn()
+        worker = EngineWorker(
+            engine, transport, stall_after=settings.QASSIST_ENGINE_STALL_SECONDS, turn=turn
+        )
         # SIGTERM and Ctrl-C stop the worker even while a step is stuck in llama.cpp.
         stop_signals = (signal.SIGTERM, signal.SIGINT)
         stop_on_signals(worker, stop_signals, drain_timeout=options["drain_timeout"])
@@ -72,6 +76,7 @@ class Command(BaseCommand):
             f"{engine.runner.n_seq_max} sequences, "
             f"{engine.runner.n_ctx} KV cells, up to {engine.runner.max_seq_tokens} tokens each, "
             + floor
+            + (f"; CPU budget shared through {settings.QASSIST_CPU_BUDGET_DIR}" if turn else "")
         )
         worker.maybe_heartbeat(force=True)
         heartbeat = threading.Thread(target=worker.heartbeat_forever, name="heartbeat", daemon=True)
