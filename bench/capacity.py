@@ -662,6 +662,16 @@ def replayed(answer: Answer, messages: Messages, info: dict[str, Any]) -> Messag
     ]
 
 
+def replayable(arrivals: list[Arrival], qassist_answers: dict[int, Answer]) -> list[Arrival]:
+    """The arrivals llama-server is given: every one qassist's model read. A question qassist
+    answered without the model (a cached reply, a question judged unanswerable) has no prompt
+    and is left out; one qassist did not finish (overload, a timeout) is replayed all the same,
+    with the passages it was given if it said, or none: leaving it out would spare llama-server
+    the very load qassist failed under."""
+    return [a for a in arrivals
+            if not (qassist_answers[id(a)].ok and qassist_answers[id(a)].prompt_tokens == 0)]  # fmt: skip
+
+
 def server_capacity(
     binary: Path, model: Path, args: argparse.Namespace, info: dict[str, Any], config: str
 ) -> list[Level]:
@@ -683,9 +693,7 @@ def server_capacity(
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         for employees in args.employees:
             qassist_answers = {id(a.arrival): a for a in info["answers"][employees]}
-            # Only what qassist's model read: a question answered without it has no prompt.
-            arrivals = [a for a in info["arrivals"][employees]
-                        if qassist_answers[id(a)].prompt_tokens > 0]  # fmt: skip
+            arrivals = replayable(info["arrivals"][employees], qassist_answers)
 
             def body(
                 answer: Answer,

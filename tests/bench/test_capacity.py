@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.capacity import Answer, Arrival, ChatDraw, schedule, summarize
+from bench.capacity import Answer, Arrival, ChatDraw, replayable, schedule, summarize
 from bench.corpus import Question, QuestionDraw, build
 
 
@@ -79,3 +79,18 @@ def test_goodput_counts_only_measured_questions_within_both_limits() -> None:
     assert level.goodput == 0.25
     assert not level.served
     assert level.right == 3
+
+
+def test_llama_server_replays_every_question_qassist_s_model_read_even_unfinished_ones() -> None:
+    def answer(status: int, prompt_tokens: int, error: str = "") -> Answer:
+        a = Answer(Arrival(0.0, 0, 0, Question(-1, "q", "", "en"), True))
+        a.status, a.prompt_tokens, a.error = status, prompt_tokens, error
+        return a
+
+    read = answer(200, 420)
+    cached_reply = answer(200, 0)  # answered without the model: it has no prompt to replay
+    unfinished = answer(200, 0, "not answered before the run ended")
+    refused = answer(503, 0)
+    answers = [read, cached_reply, unfinished, refused]
+    chosen = replayable([a.arrival for a in answers], {id(a.arrival): a for a in answers})
+    assert chosen == [read.arrival, unfinished.arrival, refused.arrival]
