@@ -668,8 +668,8 @@ def replayable(arrivals: list[Arrival], qassist_answers: dict[int, Answer]) -> l
     and is left out; one qassist did not finish (overload, a timeout) is replayed all the same,
     with the passages it was given if it said, or none: leaving it out would spare llama-server
     the very load qassist failed under."""
-    return [a for a in arrivals
-            if not (qassist_answers[id(a)].ok and qassist_answers[id(a)].prompt_tokens == 0)]  # fmt: skip
+    without_model = {key for key, a in qassist_answers.items() if a.ok and not a.prompt_tokens}
+    return [a for a in arrivals if id(a) not in without_model]
 
 
 def server_capacity(
