@@ -691,7 +691,7 @@ def server_capacity(
     with process(cmd, env, log) as server:
         wait_http(f"http://127.0.0.1:{port}/health", 180, server, log)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        for employees in args.employees:
+        for employees in args.server_employees or args.employees:
             qassist_answers = {id(a.arrival): a for a in info["answers"][employees]}
             arrivals = replayable(info["arrivals"][employees], qassist_answers)
 
@@ -810,6 +810,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--server-ctx-per-slot", type=int, default=4096)
     parser.add_argument(
+        "--server-employees", default="",
+        help="llama-server at these levels only (some of --employees; default: all of them)",
+    )  # fmt: skip
+    parser.add_argument(
         "--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14")
     )
     parser.add_argument(
@@ -823,6 +827,9 @@ def main() -> None:
         plot(args.plot, ROOT / "docs" / "capacity.png")
         return
     args.employees = [int(e) for e in args.employees.split(",")]
+    args.server_employees = [int(e) for e in args.server_employees.split(",") if e]
+    if not set(args.server_employees) <= set(args.employees):
+        parser.error("--server-employees must be levels of --employees (their arrivals)")
     model = modelstore.resolve_model_path(args.model, ROOT / "models")
     print(f"model {model.name}; logs in {args.logs}; load {loadavg()}", flush=True)
     levels, info = qassist_capacity(model, args)
