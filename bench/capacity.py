@@ -626,6 +626,23 @@ def qassist_capacity(model: Path, args: argparse.Namespace) -> tuple[list[Level]
     return levels, info
 
 
+def chat_arrivals(args: argparse.Namespace) -> dict[str, Any]:
+    """The chat mix's arrivals at every level without running qassist (`--skip-qassist`): the
+    same as qassist's run would get (seeded), each one to replay, since a chat question's prompt
+    does not depend on what qassist answered."""
+    if args.mix != "chat":
+        raise SystemExit("--skip-qassist: only the chat mix (a knowledge prompt needs qassist's "
+                         "passages)")  # fmt: skip
+    arrivals, answers = {}, {}
+    for employees in args.employees:
+        arrivals[employees] = schedule(
+            employees, args.window, args.warmup, make_draw(args, employees),
+            seed=args.seed + employees, minutes_per_question=args.minutes_per_question,
+        )  # fmt: skip
+        answers[employees] = [Answer(a, status=200, prompt_tokens=1) for a in arrivals[employees]]
+    return {"arrivals": arrivals, "answers": answers}
+
+
 def make_draw(args: argparse.Namespace, employees: int) -> QuestionDraw | ChatDraw:
     if args.mix == "knowledge":
         corpus = build()
@@ -802,6 +819,10 @@ def main() -> None:
         help="keep the database, index and passage KV here between runs",
     )
     parser.add_argument("--skip-server", action="store_true")
+    parser.add_argument(
+        "--skip-qassist", action="store_true",
+        help="chat mix: llama-server only, on the arrivals qassist's run gets (same seed)",
+    )  # fmt: skip
     parser.add_argument("--llama-server", type=Path, default=None)
     parser.add_argument(
         "--server-config", action="append", default=[],
@@ -832,7 +853,11 @@ def main() -> None:
         parser.error("--server-employees must be levels of --employees (their arrivals)")
     model = modelstore.resolve_model_path(args.model, ROOT / "models")
     print(f"model {model.name}; logs in {args.logs}; load {loadavg()}", flush=True)
-    levels, info = qassist_capacity(model, args)
+    levels: list[Level] = []
+    if args.skip_qassist:
+        info = chat_arrivals(args)
+    else:
+        levels, info = qassist_capacity(model, args)
     if not args.skip_server:
         binary = args.llama_server or Path(
             subprocess.run(["bash", str(ROOT / "bench" / "build_llama_server.sh")],
