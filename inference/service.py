@@ -77,6 +77,9 @@ def cpu_budget_on() -> bool:
 
 
 _host_turns: HostTurns | None = None
+# A lock of its own: engine_turn() is called while _lock is held (get_engine_client ->
+# _make_client), and threading.Lock is not reentrant.
+_turns_lock = threading.Lock()
 
 
 def engine_turn() -> Turn | None:
@@ -86,7 +89,7 @@ def engine_turn() -> Turn | None:
     global _host_turns
     if not cpu_budget_on():
         return None
-    with _lock:
+    with _turns_lock:
         if _host_turns is None:
             folder = str(settings.QASSIST_CPU_BUDGET_DIR)
             _host_turns = HostTurns(Path(folder) if folder else None)

@@ -294,3 +294,32 @@ def test_the_budget_is_on_by_default_when_more_than_one_model_is_configured(
             turn.close()
     finally:
         service._host_turns = None
+
+
+def test_an_engine_s_seat_is_taken_while_the_client_is_being_made(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """get_engine_client() holds the service's lock while it makes the client, and making the
+    client of two embedded models takes each engine's seat: a seat must not need that lock (it
+    deadlocked the web process of a two-model deployment at its first request)."""
+    settings.QASSIST_MODEL = "smollm2-135m"
+    settings.QASSIST_MODELS = ["qwen2.5-coder-1.5b"]
+    settings.QASSIST_CPU_BUDGET = "on"
+    settings.QASSIST_CPU_BUDGET_DIR = str(tmp_path / "cpu")
+    service._host_turns = None
+    seats: list[Turn | None] = []
+    try:
+        with service._lock:
+            taker = threading.Thread(
+                target=lambda: seats.append(service.engine_turn()), daemon=True
+            )
+            taker.start()
+            taker.join(timeout=5)
+        assert not taker.is_alive(), "engine_turn() waited for the lock get_engine_client holds"
+        assert seats
+        seat = seats[0]
+        assert seat is not None
+        seat.close()
+    finally:
+        taker.join(timeout=5)
+        service._host_turns = None
