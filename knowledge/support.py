@@ -18,6 +18,7 @@ What comes out is stored with the reply (`Message.evidence`) and drives what the
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
@@ -146,13 +147,29 @@ def subject_of(
         weight = informativeness(term) * min(1.0, max(0.05, rarity))
         weights[term] = weight * (0.5 if term in inherited else 1.0)
     nouns = _chinese_nouns(question)
-    core = frozenset(
-        t
-        for t in terms
-        if t not in inherited
-        and (not any(is_cjk(c) for c in t) or any(t in noun for noun in nouns))
-    )
+    core = frozenset(t for t in terms if t not in inherited and _names(t, question, nouns))
     return evidence.Subject(weights, core)
+
+
+def _names(term: str, question: str, chinese_nouns: Sequence[str]) -> bool:
+    if any(is_cjk(c) for c in term):
+        return any(term in noun for noun in chinese_nouns)
+    return names_a_thing(term, question)
+
+
+def names_a_thing(word: str, question: str = "") -> bool:
+    """Whether an English word of a question can name what it is about: a noun or an adjective
+    in the lexicon (closing, gym, unused, annual), a word the lexicon does not know (a term:
+    FortiClient, hostname), or one the question capitalises (Shanghai, which the lexicon knows
+    only as a verb). A word that can only be a verb or an adverb ("planned", "clicked",
+    "connect", "transferring") says what is done, and a passage words that differently: it does
+    not decide which sentences are about the question."""
+    from lemminflect import getAllLemmas
+
+    readings = getAllLemmas(word.removesuffix("'s"))
+    if not readings or {"NOUN", "PROPN", "ADJ"} & set(readings):
+        return True
+    return re.search(rf"\b{re.escape(word[:1].upper() + word[1:])}\b", question) is not None
 
 
 def _chinese_nouns(question: str) -> list[str]:

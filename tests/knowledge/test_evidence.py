@@ -3,6 +3,8 @@ whether a claim rests on a sentence about it (knowledge.evidence)."""
 
 from __future__ import annotations
 
+import pytest
+
 from knowledge import evidence
 from knowledge.evidence import FIGURE, NAME, Subject
 
@@ -183,3 +185,76 @@ def test_contractions_the_measure_after_how_and_currency_names_are_not_the_subje
     ]
     assert "欧元" not in evidence.subject_terms("报销时金额超过多少欧元必须附上收据？")
     assert "收据" in evidence.subject_terms("报销时金额超过多少欧元必须附上收据？")
+
+
+def test_a_sentence_speaks_of_the_strongest_term_and_may_lack_a_little_of_the_rest() -> None:
+    # The booking tool's name is not in the sentence that holds the rule about hotels' own
+    # websites: it lacks a quarter of the strong terms' weight, and still speaks of them.
+    subject = evidence.Subject({"hotel's": 2.6, "booking": 1.6, "tool": 1.3, "website": 0.9})
+    present = {"hotel's", "booking", "website"}
+    assert subject.strong(0.5) == {"hotel's", "booking", "tool"}
+    assert subject.spoken_of(present, 0.5, missing=0.25)
+    assert not subject.spoken_of(present, 0.5, missing=0.0)  # every strong term, as before
+    # A coworking membership is not a gym membership: the strongest term may never be missing.
+    gym = evidence.Subject({"gym": 1.45, "membership": 1.41})
+    assert not gym.spoken_of({"membership"}, 0.5, missing=0.5)
+    assert gym.spoken_of({"gym", "membership"}, 0.5, missing=0.0)
+
+
+def test_a_missing_secondary_term_no_longer_warns_a_supported_figure() -> None:
+    question = "The hotel's own website is cheaper than our booking tool. How much cheaper?"
+    sentence = (
+        "Bookings made outside TripDesk (for example directly on a hotel's web site) are "
+        "reimbursed only if they were at least 10% cheaper than the best TripDesk offer."
+    )
+    weights = {"hotel's": 2.6, "booking": 1.6, "tool": 1.3, "cheaper": 1.4, "website": 0.9}
+    subject = evidence.Subject(
+        {t: weights.get(t, 0.2) for t in evidence.subject_terms(question)},
+        core=frozenset({"hotel's", "booking", "tool", "website"}),
+    )
+    checked = evidence.check(
+        "It must be at least 10% cheaper.",
+        question,
+        {1: (sentence, "Travel / 3. Booking")},
+        subject,
+    )
+    assert checked.verdict == evidence.SUPPORTED
+    strict = evidence.Thresholds(strong_missing=0.0)
+    again = evidence.check(
+        "It must be at least 10% cheaper.",
+        question,
+        {1: (sentence, "Travel / 3. Booking")},
+        subject,
+        thresholds=strict,
+    )
+    assert again.verdict == evidence.UNSUPPORTED
+
+
+def test_prepositions_and_chinese_measure_words_are_not_the_subject() -> None:
+    assert evidence.subject_terms("How much does the company pay towards a gym membership?") == [
+        "gym",
+        "membership",
+    ]
+    terms = evidence.subject_terms("充电车位充完电以后，要在多长时间内把车挪走？")
+    assert "车位" in terms
+    assert not {"多长时间", "长时间", "时间"} & set(terms)
+
+
+@pytest.mark.parametrize(
+    ("word", "question", "expected"),
+    [
+        ("closing", "And when is closing planned?", True),  # a noun (and a verb)
+        ("planned", "And when is closing planned?", False),  # only a verb
+        ("clicked", "I clicked a link in a phishing email.", False),
+        ("phishing", "I clicked a link in a phishing email.", True),  # not in the lexicon
+        ("unused", "How many unused holiday days can I carry over?", True),  # an adjective
+        ("shanghai", "What does parking cost at the Shanghai office?", True),  # capitalised
+        ("shanghai", "what does parking cost at the shanghai office?", False),  # a verb, then
+    ],
+)
+def test_only_words_that_can_name_a_thing_decide_what_a_question_is_about(
+    word: str, question: str, expected: bool
+) -> None:
+    from knowledge.support import names_a_thing
+
+    assert names_a_thing(word, question) is expected
