@@ -281,9 +281,15 @@ def subject_terms(question: str) -> list[str]:
     question aside)."""
     seen: dict[str, None] = {}
     previous = ""
+    codes = codes_in(question)
     for word in words(question):
         # "How large", "how soon", "how far": the measure asked for, not what it is about.
         after_how, previous = previous == "how", word
+        if word in codes:
+            seen.setdefault(word, None)
+            continue
+        if any(word in code for code in codes if not code.isalpha()):
+            continue  # "l", "2" of "L2": the code is the term
         if word in STOPWORDS or word in GENERIC or (len(word) < 2 and not word.isdigit()):
             continue
         if after_how:
@@ -291,7 +297,31 @@ def subject_terms(question: str) -> list[str]:
         if any(c.isdigit() for c in word):
             continue
         seen.setdefault(word, None)
+    for code in sorted(codes):
+        if not code.isalpha():  # "L2" is two words to `words`, one term here
+            seen.setdefault(code, None)
     return list(seen)
+
+
+def _held_code(code: str, text: str) -> bool:
+    """Whether `text` names the code: "L2" as a word of its own, "D" in capitals."""
+    if len(code) == 1:
+        return re.search(rf"(?<![A-Za-z0-9]){code.upper()}(?![A-Za-z0-9])", text) is not None
+    pattern = rf"(?<![A-Za-z0-9]){re.escape(code)}(?![A-Za-z0-9])"
+    return re.search(pattern, text, re.IGNORECASE) is not None
+
+
+# A class, level or model a question names by a capital letter and digits: "D 类城市", "L2",
+# "A1", "T14" (lower-cased, as `words` gives them).
+_CODE = re.compile(r"(?<![A-Za-z0-9])(?!I\b)[A-Z]{1,2}[0-9]{0,3}(?![A-Za-z0-9])")
+
+
+_CODE_TERM = re.compile(r"[a-z]{1,2}[0-9]{0,3}")
+
+
+def codes_in(question: str) -> set[str]:
+    """The codes of `question` ("D" in "D 类城市", "L2"): what it is about, however short."""
+    return {match.group(0).lower() for match in _CODE.finditer(question)}
 
 
 @dataclass(frozen=True)
@@ -359,9 +389,13 @@ def lexical_presence(subject_: Subject) -> Presence:
 
     def present(sentences_: Sequence[Sentence]) -> list[set[str]]:
         out = []
+        codes = [t for t in subject_.terms if _CODE_TERM.fullmatch(t) and not t.isalpha()]
+        codes += [t for t in subject_.terms if len(t) == 1 and t.isalpha()]
         for sentence in sentences_:
             held = {_stem(w) for w in words(sentence.context) + words(sentence.text)}
-            out.append({t for t in subject_.terms if _stem(t) in held})
+            found = {t for t in subject_.terms if _stem(t) in held and t not in codes}
+            text = f"{sentence.context}\n{sentence.text}"
+            out.append(found | {t for t in codes if _held_code(t, text)})
         return out
 
     return present

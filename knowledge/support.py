@@ -108,6 +108,13 @@ COMMON_ZIPF = 6.0
 # (Shanghai/上海 0.92, password/密码 0.88, gym/健身房 0.77; Eindhoven/Munich 0.43,
 # London/Paris 0.54, hostname/gateway 0.30: measured with USE multilingual v3).
 TERM_SIMILARITY = 0.7
+# Across scripts the embedder places a word and its translation less close (病假/sickness 0.64,
+# 加密/encryption 0.67, 审批/approve 0.64, 无线/Wi-Fi 0.67; 埃因霍温/Munich 0.29, 病假/leave 0.40,
+# 商务舱/economy 0.36): a Chinese term and an English word are the same term from this.
+CROSS_TERM_SIMILARITY = 0.62
+
+
+CODE_INFORMATIVENESS = 3.0
 
 
 def informativeness(term: str) -> float:
@@ -142,9 +149,12 @@ def subject_of(
     )
     spread = math.log(total + 1) or 1.0
     weights = {}
+    codes = evidence.codes_in(question)
     for term in terms:
         rarity = math.log((total + 1) / (counts.get(term, 0) + 0.5)) / spread
-        weight = informativeness(term) * min(1.0, max(0.05, rarity))
+        # A code ("D", "L2") says as much as a rare word, however common its letters are.
+        says = CODE_INFORMATIVENESS if term in codes else informativeness(term)
+        weight = says * min(1.0, max(0.05, rarity))
         weights[term] = weight * (0.5 if term in inherited else 1.0)
     nouns = _chinese_nouns(question)
     core = frozenset(t for t in terms if t not in inherited and _names(t, question, nouns))
@@ -211,7 +221,9 @@ def presence(subject: evidence.Subject) -> evidence.Presence:
         if not vocabulary:
             return found
         index = {w: i for i, w in enumerate(vocabulary)}
-        close = (_embed_words(terms) @ _embed_words(vocabulary).T) >= TERM_SIMILARITY
+        similar = _embed_words(terms) @ _embed_words(vocabulary).T
+        crossed = np.array([[is_cjk(t[0]) != is_cjk(w[0]) for w in vocabulary] for t in terms])
+        close = similar >= np.where(crossed, CROSS_TERM_SIMILARITY, TERM_SIMILARITY)
         for i, held in enumerate(per_sentence):
             columns = [index[w] for w in held]
             for j, term in enumerate(terms):

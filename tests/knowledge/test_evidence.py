@@ -258,3 +258,20 @@ def test_only_words_that_can_name_a_thing_decide_what_a_question_is_about(
     from knowledge.support import names_a_thing
 
     assert names_a_thing(word, question) is expected
+
+
+def test_a_code_a_question_names_is_its_subject() -> None:
+    # "D 类城市" is a class the handbook does not have: its "D" is the question's subject, and
+    # the row of class C, which holds 115, is not about it.
+    question = "出差去 D 类城市，酒店每晚的上限是多少？"
+    subject = evidence.Subject({"d": 3.0, "酒店": 1.1, "城市": 0.4})
+    checked = evidence.check(
+        "D 类城市酒店每晚的上限是 EUR 115。",
+        question,
+        {1: ("City class: Class C; Examples: all other cities; Cap per night: EUR 115", "Hotels")},
+        subject,
+        presence=lambda sentences: [{"酒店", "城市"} for _ in sentences],
+    )
+    assert checked.verdict == evidence.UNSUPPORTED
+    assert evidence.codes_in("Do I need an A1 certificate in the EU?") == {"a1", "eu"}
+    assert evidence.codes_in("I clicked a link.") == set()

@@ -1,0 +1,50 @@
+"""Which of a question's terms a sentence speaks of, with the real embedder (knowledge.support):
+the same word, its translation across scripts, a code by its own letters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from knowledge import evidence, support
+from knowledge.embeddings import UseEmbedder, set_embedder
+
+
+@pytest.fixture(autouse=True)
+def real_embedder(fake_embedder: object) -> Iterator[None]:
+    # The product's embedder (USE multilingual v3, in numpy): the thresholds are its own.
+    set_embedder(UseEmbedder(threads=1))
+    yield
+    set_embedder(None)
+
+
+def _present(question: str, sentence: str, context: str = "") -> set[str]:
+    subject = evidence.subject(question)
+    return support.presence(subject)(evidence.sentences(1, sentence, context))[0]
+
+
+def test_a_chinese_term_is_found_in_its_english_translation() -> None:
+    # 病假 / sickness: 0.64 by the embedder, below the 0.7 of a same-script match.
+    present = _present(
+        "请病假从第几天开始需要医生证明？",
+        "If the sickness lasts more than 2 calendar days, a medical certificate is required.",
+    )
+    assert "病假" in present
+
+
+def test_a_chinese_place_is_not_found_in_another_english_one() -> None:
+    present = _present(
+        "那如果是在埃因霍温入职呢？",
+        "In Munich, arrival is at 08:30 at the reception of Building A.",
+    )
+    assert "埃因霍温" not in present
+
+
+def test_a_code_is_found_by_its_letters_and_not_by_a_neighbour() -> None:
+    question = "出差去 D 类城市，酒店每晚的上限是多少？"
+    assert "d" in evidence.subject_terms(question)
+    assert "d" not in _present(question, "City class: Class C; Cap per night: EUR 115", "Hotels")
+    assert "d" in _present(question, "City class: Class D; Cap per night: EUR 90", "Hotels")
+    assert evidence.subject_terms("那 L2 内部级的呢？") == ["内部", "l2"]
+    assert "l2" not in _present("那 L2 内部级的呢？", "L3 机密: 合同结束后 5 年")
