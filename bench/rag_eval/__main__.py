@@ -492,8 +492,12 @@ def ask_all(
                 if cited and not result.warned and not result.declined:
                     held = {key for quote in result.quotes for key, _ in figures(quote)}
                     known = held | {k for k, _ in figures(q["question"])} | set(map(str, cited))
+                    # "一" alone is the article of Chinese phrasing (补一张, 第一条), not a
+                    # figure: the support check does not count it a claim either.
                     result.unquoted_figures = [
-                        written for key, written in figures(result.reply) if key not in known
+                        written
+                        for key, written in figures(result.reply)
+                        if key not in known and written != "一"
                     ]
                 result.cites_source = any(
                     p.number in cited
