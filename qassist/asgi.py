@@ -16,6 +16,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set u
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from qassist.after_response import AfterResponse  # noqa: E402
 from qassist.websocket import SameOriginValidator  # noqa: E402
 
 if os.environ.get("QASSIST_PRELOAD_ENGINE", "1") != "0":
@@ -30,7 +31,8 @@ if os.environ.get("QASSIST_PRELOAD_ENGINE", "1") != "0":
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # A streaming reply's generation is closed even when its response is never read.
+        "http": AfterResponse(django_asgi_app),
         # Same scheme, host and port as the page (qassist/websocket.py).
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }

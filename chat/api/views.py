@@ -51,6 +51,7 @@ from chat.services.turns import Turn
 from inference.service import get_engine_client
 from inference.types import Delta, Done, Event, Failed, Queued, SamplingParams
 from knowledge.turns import mark_cited
+from qassist.after_response import after_response
 from tenants.services import (
     ModelNotAllowed,
     ModelNotServed,
@@ -161,6 +162,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
             completion_id, first, run, include_usage, turn.sources, plan, answered_by
         )
         response = EventStreamResponse(stream)
+        # A client gone before the server reads the response: the generation is closed all
+        # the same (the stream's own `finally` only runs once it is read).
+        after_response(request, run.aclose)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # proxies must not hold the stream back
         return response

@@ -558,10 +558,12 @@ async def test_a_whole_reply_that_waited_in_line_is_one_json_body(key: str) -> N
 
 
 async def _hang_up_while_waiting_in_line(
-    use_engine: Any, key: str, body: dict[str, Any]
+    use_engine: Any, key: str, body: dict[str, Any], *, unread: list[object] | None = None
 ) -> tuple[Message, list[str]]:
     """Post `body` while the one sequence is taken, hang up once it waits in the engine's
-    queue, and return its stored reply and what the model was asked to answer."""
+    queue, and return its stored reply and what the model was asked to answer. With `unread`
+    (the server patched not to read responses, keeping them there), hang up once the view
+    has returned its response."""
     from asgiref.testing import ApplicationCommunicator
 
     from qassist.asgi import application
@@ -602,6 +604,8 @@ async def _hang_up_while_waiting_in_line(
     assert worker is not None
     while not worker.engine.scheduler.waiting:  # noqa: ASYNC110  (it waits in line)
         await asyncio.sleep(0.01)
+    while unread is not None and not unread:  # noqa: ASYNC110  (the view has returned)
+        await asyncio.sleep(0.01)
     await app.send_input({"type": "http.disconnect"})
     await app.wait(timeout=5)
     reply = await sync_to_async(
@@ -625,6 +629,29 @@ async def test_a_client_that_hangs_up_while_waiting_in_line_leaves_the_queue(
         Message.Status.INTERRUPTED,
         "cancelled",
     )
+    assert set(sampled) == {"first"}  # it never ran
+
+
+async def test_a_client_gone_before_the_server_reads_the_stream_leaves_the_queue(
+    use_engine: Any, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The view has returned the stream, the server has not begun to read it, the client hangs
+    # up: Django's handler drops the response unread (no `close`, the stream never starts).
+    # The generation is closed all the same (qassist.after_response), not left to run for
+    # nobody until garbage collection; the responses are kept here so none is collected.
+    from django.core.handlers.asgi import ASGIHandler
+
+    kept: list[object] = []
+
+    async def never_read(self: ASGIHandler, response: object, send: object) -> None:
+        kept.append(response)
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(ASGIHandler, "send_response", never_read)
+    reply, sampled = await _hang_up_while_waiting_in_line(
+        use_engine, key, ask("second", stream=True), unread=kept
+    )
+    assert (reply.status, reply.finish_reason) == (Message.Status.INTERRUPTED, "cancelled")
     assert set(sampled) == {"first"}  # it never ran
 
 
