@@ -97,9 +97,9 @@ run: export QASSIST_MODELS ?= $(strip $(MODELS))
 run: install
 	@case "$(strip $(MODE))" in auto|redis|embedded) ;; \
 	  *) echo "ERROR: MODE must be auto, redis or embedded, not '$(strip $(MODE))'" >&2; exit 1;; esac
-	$(MANAGE) migrate --noinput
 	$(MANAGE) fetch_model
 	@for model in $(subst $(comma), ,$(MODELS)); do $(MANAGE) fetch_model "$$model"; done
+	$(MANAGE) migrate --noinput
 	$(MANAGE) collectstatic --noinput --verbosity 0
 	$(MANAGE) bootstrap_demo
 	@var="$${QASSIST_VAR_DIR:-var}"; mkdir -p "$$var/celery/queue" "$$var/celery/processed" "$$var/celery/control"
