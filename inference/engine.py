@@ -325,6 +325,8 @@ class Engine:
                 ErrorCode.INVALID_REQUEST, f"cannot format the conversation: {exc}"
             ) from exc
         parts, first_user = self._mark_passages(messages, parts)
+        if params.reply_start:  # the reply's unseen start: content like any message's
+            parts = [*parts, PromptPart(params.reply_start, trusted=False)]
         text = prompt_text(parts)
         prompt, spans = self._tokenize_prompt(parts, text, tenant)
         limit = self.runner.max_seq_tokens

@@ -125,6 +125,10 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     constraint: Constraint | None = None  # the reply must follow it (structured output, tools)
     logprobs: int | None = None  # report each token's logprob and this many alternatives
+    # Text the reply is taken to begin with, unseen: the prompt ends with it, right after the
+    # assistant's turn opens, and the model continues it ("Voici la réponse en français :"
+    # keeps a small model in French, chat.reply_language). It is not part of the reply's text.
+    reply_start: str = ""
 
     @property
     def greedy(self) -> bool:
@@ -152,6 +156,8 @@ class SamplingParams:
             problems.append("frequency_penalty and presence_penalty must be between -2 and 2")
         if len(self.stop) > 8 or any(not s or len(s) > 200 for s in self.stop):
             problems.append("stop takes at most 8 non-empty strings of up to 200 characters")
+        if len(self.reply_start) > 200:
+            problems.append("reply_start takes at most 200 characters")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
             problems.append(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}")
         if self.constraint is not None and not 0 < len(self.constraint.grammar) <= (

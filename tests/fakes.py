@@ -295,7 +295,10 @@ class FakeRunner:
         constraint = request.params.constraint
         if constraint is not None:
             return [*encode(constrained_reply(constraint)), EOG]
-        return [*encode(self.reply_for(self.prompts[decode(request.prompt_tokens)])), EOG]
+        text = decode(request.prompt_tokens)
+        # The rendered conversation, then the reply's unseen start (SamplingParams.reply_start).
+        rendered = max((k for k in self.prompts if text.startswith(k)), key=len)
+        return [*encode(self.reply_for(self.prompts[rendered])), EOG]
 
     def check_constraint(self, constraint: Constraint) -> None:
         self.constraints.append(constraint)
