@@ -25,7 +25,12 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from chat.models import CachedReply
-from chat.services.api import api_prepare, api_turn_start, check_api_messages
+from chat.services.api import (
+    api_prepare,
+    api_reply_language,
+    api_turn_start,
+    check_api_messages,
+)
 from chat.services.cached_lookup import cached_reply_lookup
 from chat.services.turns import Turn, TurnPlan, turn_model, turn_start
 from inference import metrics
@@ -411,6 +416,7 @@ def api_begin(
             passages=passages,
             conversation=conversation,
             model=ticket.submission.model,
+            language=api_reply_language(messages=messages, passages=passages),
         )
     except BaseException:
         settle(ticket=ticket, usage=Usage(0, 0))

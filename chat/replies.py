@@ -43,6 +43,7 @@ from chat.admission import Refused, Ticket
 from chat.citing import Checked, with_citations
 from chat.keepalive import keep_reply_alive
 from chat.models import Message
+from chat.reply_language import asked_again, first_asked, kept_in_language
 from chat.services.replies import (
     message_data,
     reply_finish,
@@ -55,6 +56,7 @@ from chat.services.titles import clean_title, session_set_generated_title, title
 from chat.services.turns import Turn
 from inference.service import get_engine_client
 from inference.types import Delta, Done, Event, Failed, FinishReason, Queued
+from inference.worker import Submission
 from knowledge.turns import mark_cited
 from tenants.models import Tenant
 from tenants.services import Principal, principal_is_member
@@ -154,6 +156,18 @@ class ReplyRun:
     finished: bool = False
     # The support check's outcome (knowledge.support), stored with the reply.
     evidence: dict[str, Any] | None = None
+    # The reply asked once more in its language (chat.reply_language): the request running.
+    again: Submission | None = None
+
+    @property
+    def first(self) -> Submission:
+        """The request as first asked (its reply's unseen start in its language, if at risk)."""
+        return first_asked(self.ticket.submission, self.turn.language)
+
+    @property
+    def request_id(self) -> str:
+        """The engine's request for this reply now (a Stop cancels it)."""
+        return (self.again or self.ticket.submission).request_id
 
     @property
     def reply_id(self) -> int:
@@ -227,7 +241,11 @@ class ReplyRun:
             keep_alive = keep_reply_alive(reply_id)
             try:
                 events = with_citations(
-                    get_engine_client().generate(ticket.submission),
+                    kept_in_language(
+                        get_engine_client().generate(self.first),
+                        language=self.turn.language,
+                        again=self._ask_again,
+                    ),
                     question_message_id=self.turn.user_message.id,
                     cite=bool(self.turn.sources),
                 )
@@ -235,7 +253,7 @@ class ReplyRun:
                     self.streaming = True  # the engine has the request: a cancel reaches it
                     if self.stop_requested and not self.cancel_sent:
                         self.cancel_sent = True
-                        await get_engine_client().cancel(ticket.submission.request_id)
+                        await get_engine_client().cancel(self.request_id)
                     if isinstance(event, Queued):
                         self.publish(
                             {
@@ -308,6 +326,13 @@ class ReplyRun:
                     )
                 )
         return message
+
+    def _ask_again(self) -> AsyncIterator[Event]:
+        """The question asked once more, insisting on the reply's language: its first reply
+        began in another and was cancelled before any of it was shown."""
+        self.again = asked_again(self.ticket.submission, self.turn.language)
+        logger.info("reply %s: not in %s, asked again", self.reply_id, self.turn.language.name)
+        return get_engine_client().generate(self.again)
 
     async def _until_stopped(
         self, events: AsyncIterator[Event | Checked], request_id: str
@@ -456,9 +481,7 @@ class ReplyRun:
         self.stopped.set()
         if self.streaming and not self.cancel_sent:
             self.cancel_sent = True
-            task = asyncio.create_task(
-                get_engine_client().cancel(self.ticket.submission.request_id)
-            )
+            task = asyncio.create_task(get_engine_client().cancel(self.request_id))
             _background.add(task)
             task.add_done_callback(_background.discard)
 

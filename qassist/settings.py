@@ -315,6 +315,10 @@ QASSIST_DEFAULT_MAX_TOKENS = env_int("QASSIST_DEFAULT_MAX_TOKENS", 512)
 QASSIST_DEFAULT_TEMPERATURE = env_float("QASSIST_DEFAULT_TEMPERATURE", 0.7)
 # After a new conversation's first reply, ask the model (at low priority) for a short title.
 QASSIST_GENERATE_TITLES = env_bool("QASSIST_GENERATE_TITLES", True)
+# A reply keeps the language the person's instructions name, else the question's
+# (chat/reply_language.py): said after each question, and a reply whose start is in another
+# language is asked once more. Off: neither (bench/language.py measures both).
+QASSIST_REPLY_LANGUAGE = env_bool("QASSIST_REPLY_LANGUAGE", True)
 # Without Redis, how often a process checks whether another process changed cached replies.
 QASSIST_CACHED_REPLY_CHECK_SECONDS = env_float("QASSIST_CACHED_REPLY_CHECK_SECONDS", 5.0)
 # Batch jobs (chat/batches.py).

@@ -43,6 +43,7 @@ from chat.api.endpoint import (
 from chat.api.structured import CompletionPlan
 from chat.citing import Checked, with_citations
 from chat.keepalive import keep_reply_alive
+from chat.reply_language import NONE, ReplyLanguage, asked_again, first_asked, kept_in_language
 from chat.services.api import api_completion_for
 from chat.services.checks import ChatError
 from chat.services.replies import message_data, reply_finish, reply_outcome
@@ -146,8 +147,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
     except ChatError as exc:
         raise ApiError(400, exc.message, code=exc.code, param=exc.param) from None
     # Prose from passages is cited after it; JSON and tool calls are left as the model wrote.
-    cite = bool(turn.sources) and plan.constraint is None and not plan.tool_names
-    run = _run(turn, ticket, cite=cite)
+    prose = plan.constraint is None and not plan.tool_names
+    cite = bool(turn.sources) and prose
+    run = _run(turn, ticket, cite=cite, language=turn.language if prose else NONE)
     # A stream opens while its request waits in line, to tell its place (SSE comments); a
     # whole reply's status is decided by the first event that is not a place in line.
     first = await _first_event(run, queued=bool(body.stream))
@@ -308,11 +310,13 @@ async def _first_event(run: AsyncIterator[Event | Checked], *, queued: bool) -> 
 
 
 async def _run(
-    turn: Turn, ticket: Ticket, *, cite: bool = False
+    turn: Turn, ticket: Ticket, *, cite: bool = False, language: ReplyLanguage = NONE
 ) -> AsyncGenerator[Event | Checked, None]:
     """The engine's events for an admitted request (or the cached answer as if generated),
     with the reply stored and the limits settled however it ends — a client that goes away
-    included: closing this generator cancels the generation within a step."""
+    included: closing this generator cancels the generation within a step. A prose reply
+    whose start is in another language than `language` is asked once more
+    (chat.reply_language)."""
     reply_id = turn.reply.id
     started = time.monotonic()
     parts: list[str] = []
@@ -339,8 +343,14 @@ async def _run(
                     yield Checked(ticket.submission.request_id, shown)
                 yield Done(ticket.submission.request_id, "stop", 0, 0)
                 return
+            first = first_asked(ticket.submission, language)
+            again = asked_again(ticket.submission, language)
             events = with_citations(
-                get_engine_client().generate(ticket.submission),
+                kept_in_language(
+                    get_engine_client().generate(first),
+                    language=language,
+                    again=lambda: get_engine_client().generate(again),
+                ),
                 question_message_id=turn.user_message.id,
                 cite=cite,
             )

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.http import Http404
 
 from chat.models import ChatSession, Message
+from chat.reply_language import NONE, ReplyLanguage, instructed, reply_language, with_directive
 from chat.services.cached_lookup import cached_reply_would_answer
 from chat.services.checks import ChatError, is_unicode
 from chat.services.titles import default_title
@@ -29,21 +30,53 @@ def api_conversation(*, tenant: Tenant, messages: list[ChatMessage]) -> list[Cha
     return [*history, *messages]
 
 
+def _integration_instructions(messages: list[ChatMessage]) -> str:
+    return "\n".join(m.content for m in messages if m.role in ("system", "developer"))
+
+
+def api_reply_language(
+    *, messages: list[ChatMessage], passages: knowledge.TurnPassages | None
+) -> ReplyLanguage:
+    """The language a REST reply must be in: the one the integration's own instructions name,
+    else its last question's (chat.reply_language)."""
+    question = next((m.content for m in reversed(messages) if m.role == "user"), "")
+    return reply_language(
+        question=question,
+        instructions=_integration_instructions(messages),
+        passages=[p.chunk.text for p in passages.passages] if passages is not None else [],
+    )
+
+
+def _directed(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The request's questions as the model reads them: each ending with the language its
+    instructions name, if they name one (every question, as on the chat: a conversation sent
+    again with one more turn still begins with the tokens computed for it before)."""
+    named = instructed(_integration_instructions(messages))
+    if named is None:
+        return messages
+    return [
+        ChatMessage(m.role, with_directive(m.content, named)) if m.role == "user" else m
+        for m in messages
+    ]
+
+
 def api_prepare(
     *, tenant: Tenant, messages: list[ChatMessage], reader: Reader = PUBLIC
 ) -> tuple[list[ChatMessage], knowledge.TurnPassages | None, list[ChatMessage]]:
     """The model's conversation for a REST request, its last question given passages (of the
     documents `reader`, its key, may read) when the tenant has company knowledge; and the
     conversation without them (for cached replies). A REST request carries its own history:
-    earlier questions are read as they were sent."""
+    earlier questions are read as they were sent (with the language directive, when the
+    integration's instructions name a language)."""
     plain = api_conversation(tenant=tenant, messages=messages)
+    directed = api_conversation(tenant=tenant, messages=_directed(messages))
     if not knowledge_searchable(
         tenant=tenant, session_id=None, reader=reader
     ) or cached_reply_would_answer(tenant=tenant, conversation=plain, reader=reader):
-        return plain, None, plain
-    room = passage_room(plain)
+        return directed, None, plain
+    room = passage_room(directed)
     if room is None:
-        return plain, None, plain
+        return directed, None, plain
     last = max(i for i, m in enumerate(messages) if m.role == "user")
     passages = knowledge.turn_passages(
         tenant=tenant,
@@ -54,12 +87,12 @@ def api_prepare(
         reader=reader,
     )
     if passages is None:
-        return plain, None, plain
+        return directed, None, plain
     asked = [
         ChatMessage(m.role, knowledge.user_content(m.content, passages) if i == last else m.content)
         for i, m in enumerate(messages)
     ]
-    return [*system_messages(tenant=tenant, knowledge_on=True), *asked], passages, plain
+    return [*system_messages(tenant=tenant, knowledge_on=True), *_directed(asked)], passages, plain
 
 
 def check_api_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
@@ -94,6 +127,7 @@ def api_turn_start(
     passages: knowledge.TurnPassages | None = None,
     conversation: list[ChatMessage] | None = None,
     model: str = "",
+    language: ReplyLanguage = NONE,
 ) -> Turn:
     """Store an admitted REST request as a conversation of its API key: the request's
     messages, then an empty streaming reply (`model`: the one that is to write it)."""
@@ -122,7 +156,7 @@ def api_turn_start(
     )
     if conversation is None:
         conversation = api_conversation(tenant=tenant, messages=messages)
-    return Turn(session, user_message, reply, conversation, sources=sources)
+    return Turn(session, user_message, reply, conversation, sources=sources, language=language)
 
 
 def api_completion_get(

@@ -12,8 +12,10 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
+from lingua import Language
 
 from chat.models import ChatSession, Message
+from chat.reply_language import NONE, ReplyLanguage, instructed, reply_language, with_directive
 from chat.services.branches import branch_messages, chain_straight, versions_of
 from chat.services.cached_lookup import cached_reply_would_answer
 from chat.services.checks import ChatError, check_message_content
@@ -54,6 +56,15 @@ class History:
     knowledge_on: bool
     questions: list[str] = field(default_factory=list)  # earlier user messages, oldest first
     passages: list[Any] = field(default_factory=list)  # knowledge.Passage rows of the branch
+    instructions: str = ""  # the owner's custom instructions
+    # The language they name: said after every question the model reads (chat.reply_language).
+    named: Language | None = None
+
+    def reply_language(self, question: str, passages: Any = None) -> ReplyLanguage:
+        """The language a reply to `question` (given `passages`, knowledge.TurnPassages) must
+        be in, and whether it is at risk."""
+        texts = [p.chunk.text for p in passages.passages] if passages is not None else []
+        return reply_language(question=question, instructions=self.instructions, passages=texts)
 
 
 def history_for(
@@ -89,18 +100,25 @@ def history_for(
         if knowledge_on
         else {}
     )
+    instructions = custom_instructions_get(user_id=session.user_id)
     conversation = system_messages(
-        tenant=session.tenant,
-        knowledge_on=knowledge_on,
-        instructions=custom_instructions_get(user_id=session.user_id),
+        tenant=session.tenant, knowledge_on=knowledge_on, instructions=instructions
     )
+    # Every question ends with the language directive, as it did when it was asked: the
+    # prompt's beginning stays the tokens the conversation's KV cache holds.
+    named = instructed(instructions)
     for message in kept:
-        conversation.append(ChatMessage(message.role, rendered.get(message.id, message.content)))
+        content = rendered.get(message.id, message.content)
+        if message.role == Message.Role.USER:
+            content = with_directive(content, named)
+        conversation.append(ChatMessage(message.role, content))
     return History(
         conversation,
         knowledge_on,
         [m.content for m in questions],
         [p for m in questions for p in passages.get(m.id, [])],
+        instructions,
+        named,
     )
 
 
@@ -127,6 +145,7 @@ class Turn:
     versions: dict[int, list[int]] = field(default_factory=dict)
     # The passages the reply is given, as sources shown under it (company knowledge).
     sources: list[dict[str, Any]] = field(default_factory=list)
+    language: ReplyLanguage = NONE  # what the reply must be written in (chat.reply_language)
 
 
 class TurnKind(enum.StrEnum):
@@ -153,6 +172,7 @@ class TurnPlan:
     passages: knowledge.TurnPassages | None = None
     # The conversation without passages: a cached reply is matched on the question itself.
     plain: list[ChatMessage] = field(default_factory=list)
+    language: ReplyLanguage = NONE  # what the reply must be written in (chat.reply_language)
 
     @property
     def canned_answer(self) -> str | None:
@@ -217,13 +237,14 @@ def _with_passages(
     company knowledge applies (unless a cached reply answers it), and without them (for the
     cached-reply match). Only documents `reader` may read are searched."""
     plain = [*history.conversation, ChatMessage("user", content)]
+    directed = [*history.conversation, ChatMessage("user", with_directive(content, history.named))]
     if not history.knowledge_on or cached_reply_would_answer(
         tenant=tenant, conversation=plain, reader=reader
     ):
-        return plain, None, plain
-    room = passage_room(plain)
+        return directed, None, plain
+    room = passage_room(directed)
     if room is None:
-        return plain, None, plain
+        return directed, None, plain
     passages = knowledge.turn_passages(
         tenant=tenant,
         session_id=session_id,
@@ -234,8 +255,8 @@ def _with_passages(
         reader=reader,
     )
     if passages is None:
-        return plain, None, plain
-    rendered = knowledge.user_content(content, passages)
+        return directed, None, plain
+    rendered = with_directive(knowledge.user_content(content, passages), history.named)
     return [*history.conversation, ChatMessage("user", rendered)], passages, plain
 
 
@@ -249,7 +270,10 @@ def turn_prepare_send(
         on = knowledge_searchable(tenant=tenant, session_id=None, reader=reader)
         instructions = custom_instructions_get(user_id=user.pk)
         history = History(
-            system_messages(tenant=tenant, knowledge_on=on, instructions=instructions), on
+            system_messages(tenant=tenant, knowledge_on=on, instructions=instructions),
+            on,
+            instructions=instructions,
+            named=instructed(instructions),
         )
     else:
         session = session_get(user=user, session_id=session_id, tenant=tenant)
@@ -259,7 +283,15 @@ def turn_prepare_send(
         tenant=tenant, session_id=session_id, history=history, content=content, reader=reader
     )
     return TurnPlan(
-        TurnKind.SEND, user, tenant, session, conversation, content, passages=passages, plain=plain
+        TurnKind.SEND,
+        user,
+        tenant,
+        session,
+        conversation,
+        content,
+        passages=passages,
+        plain=plain,
+        language=history.reply_language(content, passages),
     )
 
 
@@ -292,7 +324,8 @@ def turn_prepare_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID
         session_id=session_id,
         missing=ChatError("nothing_to_regenerate", "There is no message to answer again."),
     )
-    conversation = conversation_for(session=session, through=last_user)
+    history = history_for(session=session, through=last_user)
+    conversation = history.conversation
     if last_user.grounding == knowledge.NONE_FOUND and knowledge.declines(tenant=tenant):
         passages: knowledge.TurnPassages | None = knowledge.TurnPassages(
             none_found=True, decline=True
@@ -308,6 +341,7 @@ def turn_prepare_regenerate(*, user: User, tenant: Tenant, session_id: uuid.UUID
         last_user=last_user,
         passages=passages,
         plain=conversation,
+        language=history.reply_language(last_user.content),
     )
 
 
@@ -352,6 +386,7 @@ def turn_prepare_edit(
         last_user=last_user,
         passages=passages,
         plain=plain,
+        language=history.reply_language(content, passages),
     )
 
 
@@ -481,7 +516,9 @@ def turn_start(*, plan: TurnPlan, model: str = "", remember_model: bool = False)
             ).get(user_message.id, [])
         )
     )
-    return Turn(session, user_message, reply, plan.conversation, created, versions, sources)
+    return Turn(
+        session, user_message, reply, plan.conversation, created, versions, sources, plan.language
+    )
 
 
 def message_send(*, user: User, tenant: Tenant, session_id: uuid.UUID | None, content: Any) -> Turn:

@@ -53,7 +53,9 @@ def test_custom_instructions_come_right_after_the_tenants_system_prompt(member, 
     assert first.conversation == [
         ChatMessage("system", "You answer for Acme."),
         ChatMessage("system", INSTRUCTIONS + "Answer in Chinese."),
-        ChatMessage("user", "Hello"),
+        # Instructions that name a language are said again after each question, where a
+        # small model heeds them (chat.reply_language).
+        ChatMessage("user", "Hello\n\n（请用中文回答。）"),
     ]
     follow = send(member, tenant, "More", session_id=first.session.id)
     assert [m.role for m in follow.conversation] == [
