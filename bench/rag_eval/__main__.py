@@ -221,15 +221,22 @@ class Answerer:
     # few do (docs/BENCHMARKS.md, "Prompts beside fast streams"): waves keep the run short.
     wave = 4
 
-    def answer_all(self, conversations: dict[str, list[Any]]) -> dict[str, str]:
+    def answer_all(
+        self, conversations: dict[str, list[Any]], reply_start: dict[str, str] | None = None
+    ) -> dict[str, str]:
+        """Each conversation's greedy reply (`reply_start`: a reply's unseen start, by key)."""
+        import dataclasses
+
         from inference.types import Delta, Done, Failed, SamplingParams
 
-        params = SamplingParams(max_tokens=200, temperature=0.0)
+        plain = SamplingParams(max_tokens=200, temperature=0.0)
+        starts = reply_start or {}
         replies: dict[str, list[str]] = {key: [] for key in conversations}
         keys = list(conversations)
         for start in range(0, len(keys), self.wave):
             wave = keys[start : start + self.wave]
             for key in wave:
+                params = dataclasses.replace(plain, reply_start=starts.get(key, ""))
                 events = self.engine.add_request(key, conversations[key], params, tenant="eval")
                 for event in events:
                     if isinstance(event, Failed):
