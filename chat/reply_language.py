@@ -10,16 +10,17 @@ English passages pulled Chinese questions' replies into English. So:
   model reads ends with "(Réponds en français.)" (in the language asked for, or "(Answer in
   Polish.)" for one not listed) — in the history too, so that a follow-up's prompt still
   begins with the tokens the conversation's KV cache holds.
-- **Begun in it where it is at risk.** When the expected language differs from the
-  question's (instructions name another) or from its passages', the reply begins, unseen,
+- **Begun in it where instructions ask for it against the odds.** When the instructions
+  name the language and the question or a passage is in another, the reply begins, unseen,
   with a sentence in that language ("Voici la réponse en français :", SamplingParams.
   reply_start) which the model continues: what a 0.5B model heeds most.
-- **Checked where it is at risk.** There the reply's first words are also held back until its
-  language can be told (`chat.language.judgeable`: about 40 letters, or 8 CJK characters: one
-  short sentence). A reply clearly in another language (`in_language` is False) is cancelled
-  unseen and asked once more, insisting on the language; the second reply streams as it
-  comes. Anywhere else nothing is held: the first word is not delayed where the language is
-  not at risk (the question's language, passages in it or none).
+- **Checked where it is at risk**: there, and where passages are in another language than the
+  question's (no instructions). The reply's first words are held back until its language can
+  be told (`chat.language.judgeable`: about 40 letters, or 8 CJK characters: one short
+  sentence). A reply clearly in another language (`in_language` is False) is cancelled unseen
+  and asked once more, insisting on the language and begun in it; the second reply streams
+  as it comes. Anywhere else nothing is held: the first word is not delayed where the
+  language is not at risk (the question's language, passages in it or none).
 - A reply that starts in the right language and drifts is not caught: the check reads the
   start only (the bench measures the whole reply, bench/language.py).
 """
@@ -203,9 +204,11 @@ def insisted(messages: Sequence[ChatMessage], language: ReplyLanguage) -> list[C
 
 
 def first_asked(submission: Submission, language: ReplyLanguage) -> Submission:
-    """A turn's request as first asked: where the language is at risk, the reply begins,
-    unseen, with a sentence in it."""
-    if not language.start:
+    """A turn's request as first asked: where instructions name the language and it is at
+    risk, the reply begins, unseen, with a sentence in it. Passages in another language
+    alone do not start it (the 1.5B then answered twice, in both languages): that reply is
+    only judged, and started when asked again."""
+    if not language.start or not language.named:
         return submission
     params = replace(submission.params, reply_start=language.start)
     return replace(submission, params=params)

@@ -133,7 +133,7 @@ def test_a_language_without_words_of_its_own_is_asked_for_in_english():
     assert again[0].content.count("Polish") == 1
 
 
-def test_a_reply_at_risk_begins_unseen_in_its_language_first_and_when_asked_again():
+def test_a_reply_at_risk_begins_unseen_in_its_language_when_instructed_or_asked_again():
     submission = Submission("r1", (ChatMessage("user", with_directive("Leave?", Language.FRENCH)),))
     safe = ReplyLanguage(Language.FRENCH, named=True, hold=False)
     assert first_asked(submission, safe) is submission  # not at risk: asked as it is
@@ -142,6 +142,10 @@ def test_a_reply_at_risk_begins_unseen_in_its_language_first_and_when_asked_agai
     assert first.params.reply_start == "Voici la réponse en français :\n\n"
     assert first.messages == submission.messages
     assert first.request_id == "r1"
+    # At risk from passages alone (no instructions): judged, started only when asked again.
+    passages_only = ReplyLanguage(Language.FRENCH, named=False, hold=True)
+    assert first_asked(submission, passages_only) is submission
+    assert asked_again(submission, passages_only).params.reply_start == first.params.reply_start
     again = asked_again(submission, risky)
     assert again.request_id == "r1" + ASKED_AGAIN
     assert again.params.reply_start == first.params.reply_start
