@@ -35,12 +35,17 @@ class Checked:
 
 
 async def with_citations(
-    events: AsyncIterator[Event], *, question_message_id: int, cite: bool
+    events: AsyncIterator[Event],
+    *,
+    question_message_id: int,
+    cite: bool,
+    chinese_notes: bool | None = None,
 ) -> AsyncIterator[Event | Checked]:
     """`events`, with the support check's citation or warning as a last `Delta` and its
     `Checked` outcome before the reply's `Done` (`cite`: the question was given passages, and
-    the reply is prose, not JSON or a tool call). Closing this closes `events`, which cancels
-    the generation."""
+    the reply is prose, not JSON or a tool call; `chinese_notes`: the reply's language decides
+    the notes', chat.reply_language). Closing this closes `events`, which cancels the
+    generation."""
     parts: list[str] = []
     async with contextlib.aclosing(events):  # type: ignore[type-var]
         async for event in events:
@@ -48,7 +53,9 @@ async def with_citations(
                 parts.append(event.text)
             elif cite and isinstance(event, Done) and event.finish_reason in CITED_ENDINGS:
                 checked = await database_sync_to_async(support.reply_evidence)(
-                    question_message_id=question_message_id, reply_text="".join(parts)
+                    question_message_id=question_message_id,
+                    reply_text="".join(parts),
+                    chinese_notes=chinese_notes,
                 )
                 if checked.suffix and checked.replacement is None:
                     yield Delta(event.request_id, checked.suffix)

@@ -248,6 +248,7 @@ class ReplyRun:
                     ),
                     question_message_id=self.turn.user_message.id,
                     cite=bool(self.turn.sources),
+                    chinese_notes=self.turn.language.chinese_notes,
                 )
                 async for event in self._until_stopped(events, ticket.submission.request_id):
                     self.streaming = True  # the engine has the request: a cancel reaches it

@@ -74,6 +74,12 @@ class ReplyLanguage:
         return plain or f"(Answer in {self.name}.)"
 
     @property
+    def chinese_notes(self) -> bool | None:
+        """Whether the support check's notes under the reply are in Chinese, when the language
+        was named (instructions, or the question asking for one); None: the question's."""
+        return self.expected == Language.CHINESE if self.named else None
+
+    @property
     def start(self) -> str:
         """The reply's unseen start where its language is at risk (SamplingParams.reply_start):
         a sentence in the language that the model then continues."""

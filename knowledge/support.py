@@ -431,8 +431,12 @@ def _word_quotes(
     return out
 
 
-def reply_evidence(*, question_message_id: int, reply_text: str) -> ReplyEvidence:
-    """The support check of a reply to the question stored as `question_message_id`."""
+def reply_evidence(
+    *, question_message_id: int, reply_text: str, chinese_notes: bool | None = None
+) -> ReplyEvidence:
+    """The support check of a reply to the question stored as `question_message_id`. Its
+    notes are in Chinese when `chinese_notes` says so (the reply's language was named, e.g. by
+    the person's instructions), else when the question is in Chinese."""
     from chat.models import Message
 
     question_message = (
@@ -465,7 +469,9 @@ def reply_evidence(*, question_message_id: int, reply_text: str) -> ReplyEvidenc
         subject=subject,
         similarity=similarity_to(question),
         replace=replace,
-        asked_in_chinese=chinese(question_message.content),
+        asked_in_chinese=(
+            chinese(question_message.content) if chinese_notes is None else chinese_notes
+        ),
     )
     # Passages of earlier questions the reply rests on are listed under it too.
     own = {p.number for p in passages if p.message_id == question_message.id}

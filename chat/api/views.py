@@ -353,6 +353,7 @@ async def _run(
                 ),
                 question_message_id=turn.user_message.id,
                 cite=cite,
+                chinese_notes=language.chinese_notes,
             )
             # aclosing: a client gone while this generator waits at `yield` closes it from
             # there; the engine's stream must be closed too, which cancels the generation.

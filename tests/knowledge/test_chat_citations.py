@@ -71,3 +71,22 @@ async def test_a_question_too_long_for_the_model_is_refused_before_it_is_embedde
     assert (frame["type"], frame["code"]) == ("error", "prompt_too_long")
     assert fake_embedder.calls == []
     await socket.disconnect()
+
+
+async def test_the_note_follows_the_language_the_persons_instructions_name(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    from chat.services.instructions import custom_instructions_set
+    from knowledge.citations import NOT_FOUND_NOTE_ZH
+
+    chinese = "请询问你的经理，他会告诉你。"
+    use_engine(FakeRunner(max_seq_tokens=4096, reply_for=lambda prompt: chinese))
+    await sync(upload)(tenant, "travel-policy.md", POLICY)
+    await sync(custom_instructions_set)(user=member, text="请始终用中文回答。")
+    socket = await connected_as(member)
+    frames = await ask(socket, "What is the hotel cap in a Class A city?")
+    done = of(frames, "reply.done")[0]["reply"]
+    # An English question, a Chinese reply as asked: its note is Chinese too, not English.
+    assert done["content"] == chinese + NOT_FOUND_NOTE_ZH
+    assert (await stored(done["id"])).content == chinese + NOT_FOUND_NOTE_ZH
+    await socket.disconnect()
