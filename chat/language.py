@@ -52,14 +52,20 @@ def same_language(text: str, reference: str) -> bool:
         return True
     if expected in _CJK_LANGUAGES and not _CJK.search(text):
         return False  # a question in Chinese, Japanese or Korean named in Latin letters
+    return _verdict(text, expected) is not False
+
+
+def _verdict(text: str, expected: Language) -> bool | None:
+    """Lingua's word on `text` being in `expected`: True when it is the likeliest language,
+    False when another is likelier by MARGIN or more, None when it cannot say."""
     values = _detector().compute_language_confidence_values(text)
     if not values:
-        return True
+        return None
     best = values[0]
     if best.language == expected:
         return True
     own = next((v.value for v in values if v.language == expected), 0.0)
-    return best.value - own < MARGIN
+    return False if best.value - own >= MARGIN else None
 
 
 # A reply's language is judged once it has this much text: enough letters for Lingua to be sure
@@ -104,14 +110,7 @@ def in_language(text: str, expected: Language) -> bool | None:
         return False  # a Latin-script language expected, and the reply is Chinese
     if letters < JUDGED_LETTERS_AT_SENTENCE_END:
         return None
-    values = _detector().compute_language_confidence_values(_CODE.sub(" ", text))
-    if not values:
-        return None
-    best = values[0]
-    if best.language == expected:
-        return True
-    own = next((v.value for v in values if v.language == expected), 0.0)
-    return False if best.value - own >= MARGIN else None
+    return _verdict(_CODE.sub(" ", text), expected)
 
 
 def question_language(text: str) -> Language | None:
