@@ -172,6 +172,10 @@ def reply_language(
     if requested is not None:  # "Translate this into English": the question's own ask wins
         return ReplyLanguage(requested, named=True, hold=False)
     named = instructed(instructions)
+    if named is None and not passages:
+        # Nothing to hold, nor to direct: the question's own language is then used by nobody,
+        # and telling it costs Lingua ~30 ms on every plain chat turn.
+        return NONE
     asked = question_language(question)
     expected = named or asked
     if expected is None:

@@ -95,6 +95,17 @@ def test_the_language_is_at_risk_only_where_it_differs_from_question_or_passages
     assert (crossed.expected, crossed.hold) == (Language.ENGLISH, True)
 
 
+def test_a_plain_chat_question_is_not_judged_at_all(monkeypatch):
+    told = []
+    monkeypatch.setattr(
+        "chat.reply_language.question_language", lambda text: told.append(text) or None
+    )
+    assert reply_language(question="How many days of annual leave do I get?") == NONE
+    assert told == []  # no instructions, no passages: Lingua is not asked
+    reply_language(question="How many days of annual leave do I get?", passages=[ENGLISH])
+    assert told == ["How many days of annual leave do I get?"]
+
+
 def test_it_is_all_off_with_the_setting(settings):
     settings.QASSIST_REPLY_LANGUAGE = False
     assert reply_language(question="How many days?", instructions="Answer in French.") == NONE
