@@ -472,6 +472,15 @@ def _scores(
     ]
 
 
+def _continues(before: Sentence, after: Sentence) -> bool:
+    """Whether `after` is the clause that follows `before` after a "；" in the same line."""
+    return (
+        before.number == after.number
+        and before.text.endswith(("；", ";"))
+        and 0 <= after.start - before.end <= 1
+    )
+
+
 def is_about(score: tuple[float, float], thresholds: Thresholds) -> bool:
     cover, sim = score
     return cover >= thresholds.coverage or sim >= thresholds.similarity
@@ -500,6 +509,11 @@ def check(
         and subject_.spoken_of(present[i], thresholds.strong_share, thresholds.strong_missing)
         for i, score in enumerate(scores)
     ]
+    # A clause after "；" goes on with the sentence before it ("…每月另加 300 元远途通勤补贴；须在
+    # PeopleHub 中登记住址…"): it is about what that sentence is about.
+    for i in range(1, len(all_sentences)):
+        if not about[i] and about[i - 1] and _continues(all_sentences[i - 1], all_sentences[i]):
+            about[i] = True
     closest = None
     if all_sentences:
         best = max(range(len(all_sentences)), key=lambda i: (scores[i][0] + scores[i][1], -i))

@@ -275,3 +275,27 @@ def test_a_code_a_question_names_is_its_subject() -> None:
     assert checked.verdict == evidence.UNSUPPORTED
     assert evidence.codes_in("Do I need an A1 certificate in the EU?") == {"a1", "eu"}
     assert evidence.codes_in("I clicked a link.") == set()
+
+
+def test_a_clause_after_a_chinese_semicolon_is_about_what_its_sentence_is_about() -> None:
+    # The sentence is cut at "；" (its clauses are quoted apart), but the clause after it goes on
+    # with the sentence: PeopleHub is where the long-commute allowance is registered.
+    commute = (
+        "住址与办公室直线距离超过 30 公里的员工，每月另加 300 元远途通勤补贴；"
+        "须在 PeopleHub 中登记住址并每年更新一次。\n"
+        "员工可在 PeopleHub 中查看体检报告。"
+    )
+    question = "我家离公司 40 公里，每月有额外的交通补贴吗？"
+    subject_ = subject_of(question, {"公里": 3, "补贴": 2})
+    reply = "每月另加 300 元远途通勤补贴，须在 PeopleHub 中登记住址。"
+    checked = evidence.check(reply, question, {1: (commute, "员工手册 / 交通补贴")}, subject_)
+    assert checked.verdict == evidence.SUPPORTED
+    assert [s.text for s in checked.quotes[1]] == [
+        "住址与办公室直线距离超过 30 公里的员工，每月另加 300 元远途通勤补贴；",
+        "须在 PeopleHub 中登记住址并每年更新一次。",
+    ]
+    # The same clause on a line of its own is a sentence of its own, about something else.
+    apart = commute.replace("；", "。\n")
+    checked = evidence.check(reply, question, {1: (apart, "员工手册 / 交通补贴")}, subject_)
+    assert checked.verdict == evidence.UNSUPPORTED
+    assert [c.text for c in checked.unsupported] == ["PeopleHub"]
