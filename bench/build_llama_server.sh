@@ -12,7 +12,9 @@ if [[ -x "$DEST/bin/llama-server" && -x "$DEST/bin/llama-batched-bench" ]]; then
 fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$PYTHON" -m pip download --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$VERSION" >&2
+# Only llama-cpp-python from source: with ":all:", pip also builds its build dependencies
+# (cmake, ninja) from source to read the sdist's metadata, which takes far longer.
+"$PYTHON" -m pip download --no-deps --no-binary llama-cpp-python -d "$work" "llama-cpp-python==$VERSION" >&2
 tar -xzf "$work"/llama_cpp_python-"$VERSION".tar.gz -C "$work"
 src="$work/llama_cpp_python-$VERSION/vendor/llama.cpp"
 flags="-mno-amx-int8 -mno-amx-tile -mno-amx-bf16"
