@@ -472,6 +472,62 @@ def _scores(
     ]
 
 
+def cells(text: str) -> list[tuple[str, str]] | None:
+    """A table row as the parsers write it, "Header: value; Header: value", as (header, value)
+    pairs; None for any other sentence."""
+    parts = [p.strip() for p in re.split(r"[;；]", text) if p.strip()]
+    if len(parts) < 2:
+        return None
+    row = []
+    for part in parts:
+        header, sep, value = _cell(part)
+        if not sep or not header.strip() or len(header) > 60:
+            return None
+        row.append((header.strip(), value.strip()))
+    return row
+
+
+def _cell(part: str) -> tuple[str, str, str]:
+    match = re.match(r"([^:：]*)([:：])(.*)", part)
+    return (match.group(1), match.group(2), match.group(3)) if match else (part, "", "")
+
+
+def _siblings(a: str, b: str) -> bool:
+    """Two headers of a row that name alike things: both with a code ("L2 内部", "L3 机密";
+    "Class A", "Class B"), or the same words but one ("Munich office", "Shanghai office")."""
+    if _CODE.search(a) and _CODE.search(b):
+        return True
+    wa, wb = words(a), words(b)
+    return len(wa) == len(wb) > 1 and sum(x != y for x, y in zip(wa, wb, strict=True)) == 1
+
+
+def other_cell(
+    sentence: Sentence,
+    claim: Claim,
+    presence: Presence,
+    core: Collection[str] | None = None,
+) -> bool:
+    """Whether `sentence` is a table row that holds `claim` only under another column than the
+    one the question names, of the same kind: "L3 机密: 合同结束后 5 年" for a question about L2,
+    in a row that also has "L2 内部: 按业务需要". Such a row is about the question,
+    and the figure is in it, but not as the answer: a citation would make the wrong figure look
+    checked. Only the question's own terms (`core`: not those a follow-up took from the question
+    before it, which named L3) name a column."""
+    row = cells(sentence.text)
+    if row is None:
+        return False
+    heads = presence([Sentence(sentence.number, 0, 0, header) for header, _ in row])
+    if core is not None:
+        heads = [held & set(core) for held in heads]
+    values = [Sentence(sentence.number, 0, 0, value) for _, value in row]
+    holding = [i for i, value in enumerate(values) if holds(value, claim)]
+    # Each column holding the claim has a sibling whose header names more of the question.
+    return bool(holding) and all(
+        any(heads[j] > heads[i] and _siblings(row[i][0], row[j][0]) for j in range(len(row)))
+        for i in holding
+    )
+
+
 def _continues(before: Sentence, after: Sentence) -> bool:
     """Whether `after` is the clause that follows `before` after a "；" in the same line."""
     return (
@@ -533,9 +589,14 @@ def check(
     keys = [sentence_keys(s) for s in all_sentences]
     result = Check(SUPPORTED, closest=closest, absent=absent)
     chosen: dict[int, Sentence] = {}
+    presence_ = presence or lexical_presence(subject_)
     for claim in found:
         holding = [i for i, s in enumerate(all_sentences) if holds(s, claim, keys[i])]
-        good = [i for i in holding if about[i]]
+        good = [
+            i
+            for i in holding
+            if about[i] and not other_cell(all_sentences[i], claim, presence_, subject_.core)
+        ]
         if not good:
             result.unsupported.append(claim)
             continue

@@ -299,3 +299,70 @@ def test_a_clause_after_a_chinese_semicolon_is_about_what_its_sentence_is_about(
     checked = evidence.check(reply, question, {1: (apart, "员工手册 / 交通补贴")}, subject_)
     assert checked.verdict == evidence.UNSUPPORTED
     assert [c.text for c in checked.unsupported] == ["PeopleHub"]
+
+
+RETENTION = (
+    "要求: 保存期限; L1 公开: 不限; L2 内部: 按业务需要; L3 机密: 合同结束后 5 年; "
+    "L4 绝密: 由数据所有者书面确定"
+)
+PARKING = "Item: parking space; Munich office: EUR 90 a month; Shanghai office: 400 元 a month"
+FLIGHTS = (
+    "Scheduled flight time (one leg): more than 9 hours; Class: Business class, with approval "
+    "of your vice president"
+)
+
+
+def test_a_figure_from_another_column_of_the_row_is_not_the_answer() -> None:
+    # The issue's "wrong figure from the right passage": the row is about retention, L2 is in
+    # it, and 5 is in it, but under L3.
+    question = "L2 内部级文件要保存多久？"
+    checked = evidence.check(
+        "L2 内部级文件保存期限为 5 年。",
+        question,
+        {1: (RETENTION, "信息安全守则 / 数据分级")},
+        subject_of(question),
+    )
+    assert checked.verdict == evidence.UNSUPPORTED
+    assert [c.text for c in checked.unsupported] == ["5"]
+    assert checked.quotes == {}
+    # Headers alike but for the place: Munich's figure is no answer about Shanghai.
+    question = "How much is a parking space at the Shanghai office?"
+    checked = evidence.check(
+        "A parking space costs EUR 90 a month.",
+        question,
+        {1: (PARKING, "Offices / Parking")},
+        subject_of(question),
+    )
+    assert [c.text for c in checked.unsupported] == ["90"]
+    # The column the question names holds it: supported and quoted.
+    checked = evidence.check(
+        "It costs 400 元 a month.",
+        question,
+        {1: (PARKING, "Offices / Parking")},
+        subject_of(question),
+    )
+    assert checked.verdict == evidence.SUPPORTED
+    assert [s.text for s in checked.quotes[1]] == [PARKING]
+
+
+def test_columns_of_different_kinds_or_a_follow_ups_inherited_terms_name_no_column() -> None:
+    # "Class" is a column the question names, but flight time is another kind of column.
+    question = "When is business class allowed on a flight?"
+    checked = evidence.check(
+        "When the flight is more than 9 hours.",
+        question,
+        {1: (FLIGHTS, "Travel / Flights")},
+        subject_of(question),
+    )
+    assert checked.verdict == evidence.SUPPORTED
+    # A follow-up about L2 that inherited L3 from the question before it: L3's column is not
+    # named by it, so 5 stays in another column than the one asked about.
+    inherited = Subject({"l2": 1.0, "l3": 1.0, "保存": 1.0}, core=frozenset({"l2"}))
+    checked = evidence.check(
+        "保存期限为 5 年。",
+        "那 L2 内部级的呢？",
+        {1: (RETENTION, "信息安全守则 / 数据分级")},
+        inherited,
+    )
+    assert [c.text for c in checked.unsupported] == ["5"]
+    assert evidence.cells("The cap is EUR 160; in Paris EUR 220.") is None
