@@ -96,10 +96,12 @@ def test_the_language_is_at_risk_only_where_it_differs_from_question_or_passages
 
 
 def test_a_plain_chat_question_is_not_judged_at_all(monkeypatch):
-    told = []
-    monkeypatch.setattr(
-        "chat.reply_language.question_language", lambda text: told.append(text) or None
-    )
+    told: list[str] = []
+
+    def question_language(text):
+        told.append(text)
+
+    monkeypatch.setattr("chat.reply_language.question_language", question_language)
     assert reply_language(question="How many days of annual leave do I get?") == NONE
     assert told == []  # no instructions, no passages: Lingua is not asked
     reply_language(question="How many days of annual leave do I get?", passages=[ENGLISH])
