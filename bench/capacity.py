@@ -610,7 +610,9 @@ def qassist_capacity(model: Path, args: argparse.Namespace) -> tuple[list[Level]
             answers = asyncio.run(run_level(url, keys, arrivals, body, drain=args.drain))
             after = worker_counters(base)
             worker = {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
-            level = summarize("qassist", args.mix, employees, args.window, answers, args, worker)
+            level = summarize(
+                args.label or "qassist", args.mix, employees, args.window, answers, args, worker
+            )
             levels.append(level)
             print(table([level]).splitlines()[-1], flush=True)
             info["arrivals"][employees] = arrivals
@@ -833,6 +835,10 @@ def main() -> None:
         default=None,
         help="keep the database, index and passage KV here between runs",
     )
+    parser.add_argument(
+        "--label", default="",
+        help='qassist\'s name in the table and the plot ("qassist 1.5B, a stream per sequence")',
+    )  # fmt: skip
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument(
         "--skip-qassist", action="store_true",
