@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.capacity import Answer, Arrival, ChatDraw, replayable, schedule, summarize
+from bench.capacity import Answer, Arrival, ChatDraw, replayable, schedule
+from bench.capacity_results import summarize
 from bench.corpus import Question, QuestionDraw, build
 
 
