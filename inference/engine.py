@@ -735,10 +735,10 @@ class Engine:
         # long prompt left alone gets whole steps).
         decoding = sum(1 for r in self.scheduler.running if r.prefill_done)
         self.scheduler.prompt_budget = self.governor.prompt_allowance(
-            decoding, self.scheduler.max_batch_tokens, overdue=self._prompt_overdue()
+            decoding, self.scheduler.max_batch_tokens, due=self._prompts_due()
         )
         self.scheduler.background_prompt_budget = self.governor.background_allowance(
-            decoding, self.scheduler.max_batch_tokens
+            decoding, self.scheduler.max_batch_tokens, idle=self._idle_but_background()
         )
         out = self.scheduler.schedule()
         self._track_saved(out)
@@ -1079,17 +1079,28 @@ class Engine:
         none waits there: the floor yields for it as for a request in this engine's queue."""
         self._elsewhere_since = since
 
-    def _prompt_overdue(self) -> bool:
-        """Whether a reply whose prompt is still being computed has waited past the
-        first-token target since it was asked."""
+    def _idle_but_background(self) -> bool:
+        """Whether no reply runs or waits, here or in the shared queue: background work may
+        take longer steps (`SpeedGovernor.background_allowance`)."""
+        if self.oldest_wait(time.monotonic()) is not None:
+            return False
+        return all(r.background for r in self.scheduler.running)
+
+    def _prompts_due(self) -> list[tuple[int, float]]:
+        """The replies whose prompts are being computed, in admission order (the order the
+        scheduler computes them in, short prompts aside, which go in one step anyway): the
+        prompt tokens each still has to compute and the seconds left until it has waited the
+        first-token target since it was asked (`SpeedGovernor.prompt_allowance`)."""
         target = self.governor.ttft_target
         if target <= 0:
-            return False
+            return []
         now = time.monotonic()
-        return any(
-            not r.prefill_done and not r.background and now - r.since >= target
-            for r in self.scheduler.running
-        )
+        scheduler = self.scheduler
+        return [
+            (scheduler.to_compute(r), target - (now - r.since))
+            for r in scheduler.running
+            if not r.prefill_done and not r.background
+        ]
 
     def oldest_wait(self, now: float) -> float | None:
         """Seconds the longest-waiting reply has waited since it was asked (first turns and

@@ -575,15 +575,15 @@ class Scheduler:
             req.admitted_at = now
             out.admitted.append(req)
             if not req.background:
-                backlog += self._to_compute(req)
+                backlog += self.to_compute(req)
 
     def prefill_backlog(self) -> int:
         """Prompt tokens still to compute of the replies admitted (background work aside)."""
         return sum(
-            self._to_compute(r) for r in self.running if not r.background and not r.prefill_done
+            self.to_compute(r) for r in self.running if not r.background and not r.prefill_done
         )
 
-    def _to_compute(self, req: Request) -> int:
+    def to_compute(self, req: Request) -> int:
         """Prompt tokens `req` still has to compute: what is not in its sequence yet, less what
         precomputed passage KV will place."""
         return len(req.prompt_tokens) - req.num_computed - self._placeable(req, req.num_computed)

@@ -15,9 +15,10 @@ lower limit only stops admitting until streams finish.
 
 The same line bounds the prompt tokens a step carries while streams decode (`prompt_allowance`):
 a long prompt is prefilled in chunks that keep each step within 1.6 times its decode-only time
-or within the floor's step, whichever is longer (the hard minimum's, once a reply has waited
-past the first-token target), and background work's prompts in chunks of about one decode step
-(`background_allowance`).
+or within the floor's step, whichever is longer (the hard minimum's while the floor yields),
+but never fewer than a reply's first word needs to come within the first-token target: one that
+cannot, or has waited past it, takes whole steps and the streams wait (`deadline_allowance`).
+Background work's prompts go in chunks of about one decode step (`background_allowance`).
 
 The line is good at "how many streams" and poor at sizing prompt chunks: when the same streams
 decode throughout, it cannot tell the fixed cost from the decode tokens' and lumps part of the
@@ -64,6 +65,11 @@ MIN_PROMPT_CHUNK = 8  # prompt tokens a step may always carry, so prompts always
 # Background work's prompt tokens a step may always carry, and what it carries before the
 # steps were measured: small, since a reply arriving meanwhile waits for the step to end.
 MIN_BACKGROUND_CHUNK = 8
+# With no reply running or waiting, background prompts go in chunks of about this many seconds
+# (what a reply arriving then may wait for the step to end), and of this many tokens before the
+# prompt cost was measured.
+IDLE_BACKGROUND_SECONDS = 0.25
+IDLE_BACKGROUND_INITIAL = 32
 DECAY = 0.98  # weight kept by an older step at each new one: about the last 50 steps count
 MIN_STEPS = 20  # steps observed before the measured limit replaces the initial one
 RIDGE = 1e-6  # added to the normal equations' diagonal, relative to each term's own scale
@@ -208,18 +214,29 @@ class SpeedGovernor:
         fixed, per_decode, per_prompt = fit
         return 1.0 / (fixed + per_decode * streams + per_prompt * self.model.mean_prompt)
 
-    def prompt_allowance(self, decoding: int, budget: int, *, overdue: bool = False) -> int:
+    def prompt_allowance(
+        self, decoding: int, budget: int, *, due: Sequence[tuple[int, float]] = ()
+    ) -> int:
         """Prompt tokens one step may carry beside `decoding` decode tokens: as many as keep
         the step within STRETCH times its decode-only time, or within the floor's step when
-        that is longer, so a long prompt being prefilled slows running streams at most that
-        much (it is spread over more steps instead). `overdue`: a reply whose prompt is being
-        computed has waited past the first-token target, and the streams give way down to the
-        hard minimum's step, as when the floor yields for a request in the queue.
+        that is longer (the hard minimum's while the floor yields), so a long prompt being
+        prefilled slows running streams at most that much (it is spread over more steps
+        instead) — unless a reply's first word would then come after the first-token target.
+
+        `due`: the replies whose prompts are being computed, in the order they are computed,
+        each as (prompt tokens it still has to compute, seconds left until it has waited
+        `ttft_target` since it was asked). Each gets at least the tokens per step that compute
+        its prompt and those before it within its time left (`deadline_allowance`); one that
+        cannot make it even so, or is late already, gets whole steps: the streams wait.
 
         The floor is what streams are promised; speed above it is theirs only while nobody
         waits for a first word. Held to STRETCH times a fast stream's step, the prompts of
         many people asking at once (each question with its passages) crept in 8-token chunks
-        beside one or two streams, paying a whole step's fixed cost for a few tokens."""
+        beside one or two streams, paying a whole step's fixed cost for a few tokens. Held to
+        the floor's step, a knowledge question's 720 fresh prompt tokens took 30-odd steps of
+        30 tokens beside one or two streams: its first word came at 6 s median on the company
+        corpus, where llama-server, which stalls its streams for a prompt, gave it in 2.8 s
+        (docs/BENCHMARKS.md, capacity 2026-12-05)."""
         fit = self.model.coefficients()
         if decoding <= 0 or fit is None or self.model.steps_seen < MIN_STEPS:
             return budget
@@ -230,21 +247,38 @@ class SpeedGovernor:
         if per_prompt <= 0:
             return budget  # prompt tokens measured as free: nothing to spread
         step = STRETCH * decode_only
-        speed = self.hard_floor if (overdue or self.yielding) and self.hard_floor > 0 else 0.0
+        speed = self.hard_floor if self.yielding and self.hard_floor > 0 else 0.0
         speed = speed or self.floor
         if speed > 0:
             step = max(step, 1.0 / (speed * HEADROOM))
         allowance = int((step - decode_only) / per_prompt)
+        if due and self.ttft_target > 0:
+            allowance = max(allowance, deadline_allowance(due, decode_only, per_prompt, budget))
         return max(MIN_PROMPT_CHUNK, min(budget, allowance))
 
-    def background_allowance(self, decoding: int, budget: int) -> int:
-        """Prompt tokens of background work (titles, batch items) one step may carry: as many
-        as one decode step of the running streams takes (one stream's, when none decode).
-        A reply's request that arrives while a step runs waits for that step to end; steps
-        carrying a background prompt in one piece (a batch item's ticket of a few hundred
-        tokens) made it wait several times its own prompt's time. In chunks this size the
-        background prompt costs about the same compute, a step's fixed cost more per chunk."""
+    def background_allowance(self, decoding: int, budget: int, *, idle: bool = False) -> int:
+        """Prompt tokens of background work (titles, batch items, passage KV) one step may
+        carry: as many as one decode step of the running streams takes (one stream's, when
+        none decode). A reply's request that arrives while a step runs waits for that step to
+        end; steps carrying a background prompt in one piece (a batch item's ticket of a few
+        hundred tokens) made it wait several times its own prompt's time. In chunks this size
+        the background prompt costs about the same compute, a step's fixed cost more per chunk.
+
+        `idle`: no reply runs or waits. Then a chunk is what IDLE_BACKGROUND_SECONDS of prompt
+        tokens allow: a reply arriving waits at most that for the step to end. One decode
+        step's worth was 8-12 tokens there, and a step's fixed cost made the machine compute
+        the company corpus's passage KV at 103 tokens/s, where it computes a prompt at 219."""
         fit = self.model.coefficients()
+        if idle:
+            per_token = self.prompt_seconds()
+            if per_token is None and fit is not None and self.model.steps_seen >= MIN_STEPS:
+                # Steps with prompt tokens only: the fit cannot split a step's fixed cost from
+                # its tokens' and charges it all to them, so chunks start small and grow.
+                per_token = max(fit[1], fit[2])
+            if per_token is None or per_token <= 0:
+                return min(budget, IDLE_BACKGROUND_INITIAL)
+            chunk = int(IDLE_BACKGROUND_SECONDS / per_token)
+            return max(MIN_BACKGROUND_CHUNK, min(budget, chunk))
         if fit is None or self.model.steps_seen < MIN_STEPS:
             return min(budget, MIN_BACKGROUND_CHUNK)
         fixed, per_decode, per_prompt = fit
@@ -349,6 +383,28 @@ def fill(slots: Sequence[Slot], count: int) -> tuple[list[float], list[Slot]]:
         starts.append(free_at)
         heapq.heappush(heap, (free_at + hold, hold))
     return starts, sorted(heap)
+
+
+def deadline_allowance(
+    due: Sequence[tuple[int, float]], decode_only: float, per_prompt: float, budget: int
+) -> int:
+    """The fewest prompt tokens per step that compute each prompt in `due` (tokens still to
+    compute, seconds left), after the ones before it, within its seconds left: `budget` when
+    one cannot make it even in whole steps. A step carrying `a` prompt tokens takes
+    `decode_only + a * per_prompt` seconds, so `tokens` take `ceil(tokens / a)` steps of the
+    streams' own time plus `tokens * per_prompt`; what the steps may spend on the streams
+    bounds their number, and that bounds `a` from below."""
+    needed, ahead = 0, 0
+    for tokens, left in due:
+        ahead += max(0, tokens)
+        if ahead <= 0:
+            continue
+        spare = left - ahead * per_prompt  # what the steps' streams may take of the time left
+        steps = int(spare / decode_only) if decode_only > 0 and spare > 0 else 0
+        if steps <= 0:
+            return budget
+        needed = max(needed, -(-ahead // steps))
+    return min(budget, needed)
 
 
 def prefill_waits(backlog: int, prompts: Sequence[int], seconds_per_token: float) -> list[float]:

@@ -783,12 +783,59 @@ def test_beside_streams_faster_than_the_floor_prompts_may_slow_them_down_to_it()
     chunk = g.prompt_allowance(1, 256)
     assert chunk in (30, 31)  # (1 / (5 x 1.15) - 0.051 s) / 4 ms
     assert 1 / cost(1, chunk) >= 5.0 * HEADROOM * 0.97  # the stream keeps the floor
-    # A reply whose prompt is computed has waited past the target: down to the hard minimum.
-    overdue = g.prompt_allowance(1, 256, overdue=True)
-    assert overdue in (73, 74)  # (1 / (2.5 x 1.15) - 0.051 s) / 4 ms
-    assert 1 / cost(1, overdue) >= 2.5 * HEADROOM * 0.97
+    # While the floor yields to someone waiting in the queue: down to the hard minimum.
+    g.yielding = True
+    yielded = g.prompt_allowance(1, 256)
+    assert yielded in (73, 74)  # (1 / (2.5 x 1.15) - 0.051 s) / 4 ms
+    assert 1 / cost(1, yielded) >= 2.5 * HEADROOM * 0.97
+    g.yielding = False
     # Sixteen streams are at the floor already: the stretch bound is the larger one.
     assert g.prompt_allowance(16, 256) in (21, 22)
+
+
+def learned_governor() -> SpeedGovernor:
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16, ttft_target=2.0, hard_floor=2.5)
+    for i in range(100):
+        g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, i % 7))
+    return g
+
+
+def test_a_prompt_that_makes_its_first_token_target_in_the_floors_chunks_keeps_them():
+    g = learned_governor()
+    # 100 tokens, 2 s left: 4 steps of 30 tokens (174 ms each) are well within it.
+    assert g.prompt_allowance(1, 256, due=[(100, 2.0)]) in (30, 31)
+
+
+def test_a_prompt_gets_the_chunks_that_bring_its_first_token_within_the_target():
+    g = learned_governor()
+    # 300 tokens with 2 s left, beside one stream (51 ms a step): the tokens take 1.2 s, which
+    # leaves 0.8 s of the streams' own step time: 15 steps, so 20 tokens a step at least.
+    # The floor's 30 are more: it keeps them.
+    assert g.prompt_allowance(1, 256, due=[(300, 2.0)]) in (30, 31)
+    # 400 tokens with 2 s left: 1.6 s of tokens, 0.4 s for 7 steps: 58 tokens a step.
+    chunk = g.prompt_allowance(1, 256, due=[(400, 2.0)])
+    assert chunk == 58
+    steps = -(-400 // chunk)
+    assert steps * cost(1, 0) + 400 * 0.004 <= 2.0  # its first token within the target
+    # The stream slows below the floor for it, not to a standstill: ~3.6 tokens/s.
+    assert 1 / cost(1, chunk) < 5.0
+
+
+def test_a_prompt_waits_for_the_ones_computed_before_it():
+    g = learned_governor()
+    # Alone, 200 tokens with 1.5 s left fit the floor's chunks; behind another reply's 150
+    # they are 350 tokens to compute within its 1.5 s: 0.1 s left for 1 step of streams.
+    assert g.prompt_allowance(1, 256, due=[(200, 1.5)]) in (30, 31)
+    assert g.prompt_allowance(1, 256, due=[(150, 1.9), (200, 1.5)]) == 256
+
+
+def test_a_prompt_that_cannot_make_the_target_or_is_late_already_gets_whole_steps():
+    g = learned_governor()
+    assert g.prompt_allowance(1, 256, due=[(720, 2.0)]) == 256  # 2.9 s of tokens alone
+    assert g.prompt_allowance(1, 256, due=[(40, -0.5)]) == 256  # waited past the target
+    assert g.prompt_allowance(16, 256, due=[(0, -1.0)]) in (21, 22)  # nothing left to compute
+    no_target = SpeedGovernor(floor=5.0, maximum=48, initial=16, model=g.model)
+    assert no_target.prompt_allowance(1, 256, due=[(720, 2.0)]) in (30, 31)  # the floor's
 
 
 def one_stream_with_a_floor() -> tuple[FakeRunner, Engine, SamplingParams]:
@@ -823,7 +870,8 @@ def chunks_of(runner: FakeRunner, rid: str) -> list[int]:
 
 def test_a_prompt_beside_one_fast_stream_is_computed_in_chunks_the_floor_allows():
     runner, engine, params = one_stream_with_a_floor()
-    engine.add_request("long", [ChatMessage("user", "x" * 600)], params)
+    # 200 tokens: in the floor's chunks its first word comes well within the 2 s target.
+    engine.add_request("long", [ChatMessage("user", "x" * 200)], params)
     engine.step()
     engine.step()
     chunk = max(chunks_of(runner, "long"))
@@ -831,14 +879,34 @@ def test_a_prompt_beside_one_fast_stream_is_computed_in_chunks_the_floor_allows(
     assert 1 / cost(1, chunk) >= 5.0  # the stream keeps the floor
 
 
-def test_a_prompt_that_waited_past_the_first_token_target_gets_the_hard_minimums_step():
+def test_a_prompt_that_waited_past_the_first_token_target_gets_whole_steps():
     runner, engine, params = one_stream_with_a_floor()
     engine.add_request("late", [ChatMessage("user", "x" * 600)], params, waited=3.0)
-    engine.step()
-    engine.step()
-    chunk = max(chunks_of(runner, "late"))
-    assert chunk >= 60  # about (348 ms - 51 ms) / 4 ms
-    assert 1 / cost(1, chunk) >= 2.5  # the stream keeps the hard minimum
+    for _ in range(3):
+        engine.step()
+    # From its second step (the first is planned before it is admitted), the step is the
+    # prompt's: all of the 256-token budget but the stream's decode token.
+    assert prompt_share(runner, "late")[1:3] == [256, 256]
+
+
+def test_a_prompt_too_long_for_the_first_token_target_gets_whole_steps():
+    runner, engine, params = one_stream_with_a_floor()
+    # 900 tokens at 4 ms are 3.6 s: it cannot make the 2 s target, so it waits no longer.
+    engine.add_request("long", [ChatMessage("user", "x" * 900)], params)
+    for _ in range(3):
+        engine.step()
+    assert prompt_share(runner, "long")[1:3] == [256, 256]
+
+
+def prompt_share(runner: FakeRunner, rid: str) -> list[int]:
+    """The tokens of `rid`'s prompt in each step that also decoded, plus those decodes: the
+    step's whole budget when the prompt took whole steps."""
+    return [
+        n + len(batch.decodes)
+        for batch in runner.batches
+        for r, n in batch.prefills
+        if r == rid and batch.decodes
+    ]
 
 
 def test_prompt_tokens_measured_as_free_leave_the_whole_step_to_prompts():
@@ -857,6 +925,30 @@ def test_background_prompts_get_about_one_decode_step_of_tokens():
     assert g.background_allowance(0, 256) in (12, 13)
     assert g.background_allowance(16, 256) in (35, 36)
     assert g.background_allowance(16, 20) == 20  # never more than the step's budget
+
+
+def test_with_no_reply_running_or_waiting_background_prompts_get_a_quarter_second():
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
+    assert g.background_allowance(0, 256, idle=True) == 32  # before anything was measured
+    for i in range(100):
+        g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, i % 7))
+    assert g.background_allowance(0, 256, idle=True) in (61, 62)  # 0.25 s at 4 ms a token
+    assert g.background_allowance(0, 40, idle=True) == 40
+
+
+def test_idle_background_chunks_grow_from_what_their_own_steps_measure():
+    # A worker computing passage KV before anyone asks: every step is a background prompt's
+    # chunk, so the line cannot tell a step's fixed 45 ms from its tokens' 4 ms each.
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
+    chunks = []
+    for _ in range(200):
+        chunk = g.background_allowance(0, 256, idle=True)
+        chunks.append(chunk)
+        g.observe(decode_tokens=0, prefill_tokens=chunk, seconds=cost(0, chunk))
+    # The fixed cost is charged to the tokens at first; the chunks grow towards the quarter
+    # second's (0.25 - 0.045) / 0.004 = 51 tokens and stay within it.
+    assert chunks[-1] >= 45
+    assert max(cost(0, c) for c in chunks) <= 0.25 * 1.05
 
 
 # --- the host cache's disk tier ----------------------------------------------------------------
