@@ -304,6 +304,8 @@ async def run_level(
                     done.set()
 
             tasks.append(asyncio.create_task(run()))
+        if not tasks:  # a level too short to draw a question (few employees, a short window)
+            return answers
         last = max((a.at for a in arrivals), default=0.0)
         _, pending = await asyncio.wait(tasks, timeout=last + drain)
         for task in pending:
@@ -389,7 +391,15 @@ def wait_for_passages(base: str, timeout: float) -> dict[str, Any]:
         stats = worker_counters(base)
         queued, kept = stats.get("passages_queued", 0), stats.get("passages_kept", 0)
         if kept != seen:
-            print(f"  passages' KV: {kept} kept, {queued} queued", flush=True)
+            # Where the time goes: the engine's steps against the wall clock (the worker's loop,
+            # Redis, the web process take the rest).
+            print(
+                f"  passages' KV: {kept} kept, {queued} queued; {stats.get('warm_tokens', 0)} "
+                f"tokens in {stats.get('steps', 0)} steps, {stats.get('step_seconds', 0):.0f} s "
+                f"stepping ({stats.get('decode_seconds', 0):.0f} s in llama_decode) of "
+                f"{time.monotonic() - started:.0f} s",
+                flush=True,
+            )
             seen = kept
         if kept and not queued:
             break

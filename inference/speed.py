@@ -66,10 +66,15 @@ MIN_PROMPT_CHUNK = 8  # prompt tokens a step may always carry, so prompts always
 # steps were measured: small, since a reply arriving meanwhile waits for the step to end.
 MIN_BACKGROUND_CHUNK = 8
 # With no reply running or waiting, background prompts go in chunks of about this many seconds
-# (what a reply arriving then may wait for the step to end), and of this many tokens before the
-# prompt cost was measured.
+# (what a reply arriving then may wait for the step to end), and never fewer tokens than
+# IDLE_BACKGROUND_MIN: below it a step's fixed cost (the weights read once per step) takes a
+# third of the machine. llama.cpp alone computing a 704-token prompt in chunks of 32 / 64 / 256
+# tokens: 100 / 118-142 / 128 tokens/s on a 2-core Xeon, 205 (64) and 219 (256) on an EPYC
+# (docs/BENCHMARKS.md, #35); the quarter second held the Xeon's chunks at 21-25 tokens and
+# the corpus's passage KV at 84-100 tokens/s. A reply arriving then waits for a 64-token
+# step: about 0.5 s on that Xeon, 0.3 s on the EPYC.
 IDLE_BACKGROUND_SECONDS = 0.25
-IDLE_BACKGROUND_INITIAL = 32
+IDLE_BACKGROUND_MIN = 64
 DECAY = 0.98  # weight kept by an older step at each new one: about the last 50 steps count
 MIN_STEPS = 20  # steps observed before the measured limit replaces the initial one
 RIDGE = 1e-6  # added to the normal equations' diagonal, relative to each term's own scale
@@ -265,9 +270,10 @@ class SpeedGovernor:
         the background prompt costs about the same compute, a step's fixed cost more per chunk.
 
         `idle`: no reply runs or waits. Then a chunk is what IDLE_BACKGROUND_SECONDS of prompt
-        tokens allow: a reply arriving waits at most that for the step to end. One decode
-        step's worth was 8-12 tokens there, and a step's fixed cost made the machine compute
-        the company corpus's passage KV at 103 tokens/s, where it computes a prompt at 219."""
+        tokens allow, and at least IDLE_BACKGROUND_MIN tokens: a reply arriving waits about that
+        for the step to end. One decode step's worth was 8-12 tokens there, and a step's fixed
+        cost made the machine compute the company corpus's passage KV at 103 tokens/s, where it
+        computes a prompt at 219."""
         fit = self.model.coefficients()
         if idle:
             per_token = self.prompt_seconds()
@@ -276,9 +282,9 @@ class SpeedGovernor:
                 # its tokens' and charges it all to them, so chunks start small and grow.
                 per_token = max(fit[1], fit[2])
             if per_token is None or per_token <= 0:
-                return min(budget, IDLE_BACKGROUND_INITIAL)
+                return min(budget, IDLE_BACKGROUND_MIN)
             chunk = int(IDLE_BACKGROUND_SECONDS / per_token)
-            return max(MIN_BACKGROUND_CHUNK, min(budget, chunk))
+            return min(budget, max(IDLE_BACKGROUND_MIN, chunk))
         if fit is None or self.model.steps_seen < MIN_STEPS:
             return min(budget, MIN_BACKGROUND_CHUNK)
         fixed, per_decode, per_prompt = fit

@@ -929,26 +929,43 @@ def test_background_prompts_get_about_one_decode_step_of_tokens():
 
 def test_with_no_reply_running_or_waiting_background_prompts_get_a_quarter_second():
     g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
-    assert g.background_allowance(0, 256, idle=True) == 32  # before anything was measured
+    assert g.background_allowance(0, 256, idle=True) == 64  # before anything was measured
+    for i in range(100):  # a fast machine: 1 ms a prompt token
+        g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=fast(4 + i % 20, i % 7))
+    assert g.background_allowance(0, 256, idle=True) in (249, 250)  # 0.25 s at 1 ms a token
+    assert g.background_allowance(0, 40, idle=True) == 40  # never more than the step's budget
+
+
+def test_idle_background_chunks_never_go_below_the_efficient_size():
+    # 0.25 s at 4 ms a token would be 62 tokens; chunks that small lose a third of the machine
+    # to the step's fixed cost, so a slow machine's idle chunks take a little longer instead.
+    g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
     for i in range(100):
         g.observe(decode_tokens=4 + i % 20, prefill_tokens=i % 7, seconds=cost(4 + i % 20, i % 7))
-    assert g.background_allowance(0, 256, idle=True) in (61, 62)  # 0.25 s at 4 ms a token
-    assert g.background_allowance(0, 40, idle=True) == 40
+    assert g.background_allowance(0, 256, idle=True) == 64
+    assert g.background_allowance(4, 256) in (16, 17)  # a reply running: one decode step's
 
 
 def test_idle_background_chunks_grow_from_what_their_own_steps_measure():
-    # A worker computing passage KV before anyone asks: every step is a background prompt's
-    # chunk, so the line cannot tell a step's fixed 45 ms from its tokens' 4 ms each.
+    # A worker computing passage KV before anyone asks, on a fast machine: every step is a
+    # background prompt's chunk, so the line cannot tell a step's fixed 15 ms from its tokens'
+    # 1 ms each.
     g = SpeedGovernor(floor=5.0, maximum=48, initial=16)
     chunks = []
     for _ in range(200):
         chunk = g.background_allowance(0, 256, idle=True)
         chunks.append(chunk)
-        g.observe(decode_tokens=0, prefill_tokens=chunk, seconds=cost(0, chunk))
-    # The fixed cost is charged to the tokens at first; the chunks grow towards the quarter
-    # second's (0.25 - 0.045) / 0.004 = 51 tokens and stay within it.
-    assert chunks[-1] >= 45
-    assert max(cost(0, c) for c in chunks) <= 0.25 * 1.05
+        g.observe(decode_tokens=0, prefill_tokens=chunk, seconds=fast(0, chunk))
+    # The fixed cost is charged to the tokens at first; the chunks grow from the floor towards
+    # the quarter second's (0.25 - 0.015) / 0.001 = 235 tokens and stay within it.
+    assert chunks[0] == 64
+    assert chunks[-1] >= 200
+    assert max(fast(0, c) for c in chunks) <= 0.25 * 1.05
+
+
+def fast(decode: int, prefill: int) -> float:
+    """A faster machine's step: 15 ms, 2 ms per decode token, 1 per prompt token."""
+    return 0.015 + 0.002 * decode + 0.001 * prefill
 
 
 # --- the host cache's disk tier ----------------------------------------------------------------
