@@ -69,10 +69,10 @@ MIN_BACKGROUND_CHUNK = 8
 # (what a reply arriving then may wait for the step to end), and never fewer tokens than
 # IDLE_BACKGROUND_MIN: below it a step's fixed cost (the weights read once per step) takes a
 # third of the machine. llama.cpp alone computing a 704-token prompt in chunks of 32 / 64 / 256
-# tokens: 100 / 118-142 / 128 tokens/s on a 2-core Xeon, 205 (64) and 219 (256) on an EPYC
-# (docs/BENCHMARKS.md, #35); the quarter second held the Xeon's chunks at 21-25 tokens and
-# the corpus's passage KV at 84-100 tokens/s. A reply arriving then waits for a 64-token
-# step: about 0.5 s on that Xeon, 0.3 s on the EPYC.
+# tokens: 100 / 118-142 / 128 tokens/s on a 2-core Xeon; qassist's runner on an EPYC: 205 in
+# 64, 219 in 256 (docs/BENCHMARKS.md, #35). The quarter second held the Xeon's chunks at 21-25
+# tokens and the passages' KV at 84-93 tokens/s (117-120 with the floor). A reply arriving then
+# waits for a 64-token step: about 0.5 s on that Xeon, 0.3 s on the EPYC.
 IDLE_BACKGROUND_SECONDS = 0.25
 IDLE_BACKGROUND_MIN = 64
 DECAY = 0.98  # weight kept by an older step at each new one: about the last 50 steps count
