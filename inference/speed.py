@@ -279,7 +279,7 @@ class SpeedGovernor:
             per_token = self.prompt_seconds()
             if per_token is None and fit is not None and self.model.steps_seen >= MIN_STEPS:
                 # Steps with prompt tokens only: the fit cannot split a step's fixed cost from
-                # its tokens' and charges it all to them, so chunks start small and grow.
+                # its tokens' and charges it all to them, so chunks start at the floor and grow.
                 per_token = max(fit[1], fit[2])
             if per_token is None or per_token <= 0:
                 return min(budget, IDLE_BACKGROUND_MIN)
