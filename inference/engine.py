@@ -1062,15 +1062,26 @@ class Engine:
         """When each waiting request's prompt will have been computed (`speed.prefill_waits`:
         the admitted prompts' backlog, then each waiting prompt's uncached tokens, in queue
         order; None: one more after them, with nothing of its own), or [] before the prompt
-        cost is known. Background work's prompts go after every reply's: they add nothing
-        ahead of one."""
-        per_token = self.governor.prompt_seconds()
-        if per_token is None:
-            return []
+        cost is known. A token counts the wall time it takes beside the streams decoding now,
+        in the chunks the governor would give these prompts (`SpeedGovernor.backlog_seconds`).
+        Background work's prompts go after every reply's: they add nothing ahead of one."""
         scheduler = self.scheduler
         prompts = [
             0 if r is None or r.background else scheduler.uncached_estimate(r) for r in waiting
         ]
+        due = self._prompts_due()
+        target = self.governor.ttft_target
+        if target > 0:
+            now = time.monotonic()
+            due += [
+                (tokens, target - (now - r.since))
+                for r, tokens in zip(waiting, prompts, strict=True)
+                if r is not None and tokens > 0
+            ]
+        decoding = sum(1 for r in scheduler.running if r.prefill_done)
+        per_token = self.governor.backlog_seconds(decoding, scheduler.max_batch_tokens, due=due)
+        if per_token is None:
+            return []
         return prefill_waits(scheduler.prefill_backlog(), prompts, per_token)
 
     def note_waiting_elsewhere(self, since: float | None) -> None:

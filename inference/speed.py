@@ -362,6 +362,27 @@ class SpeedGovernor:
             return None
         return fit[2]
 
+    def backlog_seconds(
+        self, decoding: int, budget: int, *, due: Sequence[tuple[int, float]] = ()
+    ) -> float | None:
+        """Wall seconds a prompt token of the backlog takes to get through while `decoding`
+        streams decode: prompts go in chunks of `prompt_allowance(decoding, budget, due=due)`
+        tokens (`due`: the replies' prompts to compute, as there), and each chunk's step also
+        pays the streams' decode and the step's fixed cost. Charged the prompt token's own cost
+        alone, the wait told behind a backlog was short by 5-6 s at 10 employees on the company
+        corpus and 8-26 s on the 1.5B (docs/BENCHMARKS.md, #35). None until the prompt cost is
+        known."""
+        per_prompt = self.prompt_seconds()
+        if per_prompt is None:
+            return None
+        if decoding <= 0:
+            return per_prompt  # prompts alone go in whole steps
+        fit = self.model.coefficients()
+        assert fit is not None  # prompt_seconds() is known
+        decode_only = self.decode_only_seconds(decoding) or fit[0] + fit[1] * decoding
+        chunk = self.prompt_allowance(decoding, budget, due=due)
+        return per_prompt + decode_only / max(1, chunk)
+
     def step_seconds(self, streams: int) -> float | None:
         """A step's predicted seconds with `streams` decoding (None until enough steps were
         seen to trust the line): what each stream waits for its next token."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from inference import speed
 from inference.engine import Engine
 from inference.local import LocalTransport
@@ -408,3 +410,50 @@ def test_an_estimate_counts_the_prompts_to_compute_ahead() -> None:
     slots = e.queue_slots(time.monotonic())
     assert slots is not None
     assert waits[1] > fill(slots, 3)[0][1] + 0.5
+
+
+@pytest.mark.parametrize("policy", ["no floor", "floor and target"])
+def test_an_estimate_behind_a_prompt_backlog_counts_the_streams_steps_too(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue #35 §4: the prompts ahead are computed in chunks beside the running streams, and
+    # each chunk's step also pays the streams' decode and the step's fixed cost. The wait told
+    # to the last of three 700-token questions is checked against the fake time that passed
+    # until its first word; charged per prompt token alone it came out a third short. The
+    # engine's clock is the fake steps' time, so the first-token target passes as it would.
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+
+    def timed(decode: int, prefill: int) -> float:
+        took = cost(decode, prefill)
+        clock[0] += took
+        return took
+
+    runner = FakeRunner(n_seq_max=8, n_ctx=50_000, reply_for=lambda p: "y" * 400)
+    runner.step_seconds = timed
+    options: dict[str, Any] = {"max_batch_tokens": 64, "max_queue": 16}
+    if policy == "floor and target":
+        options.update(min_stream_speed=FLOOR, hard_min_stream_speed=HARD, ttft_target=TARGET)
+    e = make_engine(runner, **options)
+    for i in range(4):
+        ask(e, f"run{i}", max_tokens=300)
+    for _ in range(MIN_STEPS + 10):
+        e.step()  # four streams decoding, their prompts' chunks measured
+    params = SamplingParams(temperature=0, max_tokens=40)
+    for i in range(3):
+        messages = [ChatMessage("user", f"w{i} " + "passage text " * 55)]
+        assert e.add_request(f"w{i}", messages, params) == []
+    prompts = [e.scheduler.uncached_estimate(r) for r in e.scheduler.waiting]
+    told_at, told = clock[0], None
+    first_word = None
+    while first_word is None:
+        for event in e.step():
+            if isinstance(event, Queued) and event.request_id == "w2" and told is None:
+                told = event.estimated_wait
+            if getattr(event, "request_id", None) == "w2" and not isinstance(event, Queued):
+                first_word = clock[0] - told_at
+    assert told is not None
+    assert abs(told - first_word) <= 0.2 * first_word, (told, first_word)
+    per_token = e.governor.prompt_seconds()
+    assert per_token is not None
+    assert sum(prompts) * per_token < 0.8 * first_word  # what the old estimate said
