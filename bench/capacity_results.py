@@ -52,6 +52,8 @@ class Level:
     told: int = 0  # measured questions told an estimated wait
     told_error_p50: float | None = None  # (wait that followed) - (estimate), seconds
     told_error_abs_p50: float | None = None
+    # Each told question: [seconds after sending it was told, the estimate, the wait that followed]
+    told_waits: list[list[float]] = field(default_factory=list)
     load: str = ""
     worker: dict[str, Any] = field(default_factory=dict)
 
@@ -87,6 +89,11 @@ def summarize(
         level.right = sum(a.arrival.question.answer.lower() in a.text.lower() for a in expected)
     told = [(a.ttft - a.told[0]) - a.told[1] for a in ok if a.told is not None]
     level.told = len(told)
+    level.told_waits = [
+        [round(a.told[0], 2), a.told[1], round(a.ttft - a.told[0], 2)]
+        for a in ok
+        if a.told is not None
+    ]
     if told:
         level.told_error_p50 = round(statistics.median(told), 2)
         level.told_error_abs_p50 = round(statistics.median(abs(x) for x in told), 2)

@@ -226,6 +226,9 @@ class Engine:
         self._elsewhere_since: float | None = None
         # Completion tokens of a typical reply (exponentially weighted), for estimated waits.
         self._typical_tokens: float | None = None
+        # Prompt tokens a reply had to compute when admitted (exponentially weighted): what a
+        # request still in the shared queue will add to the prompts ahead of the next one.
+        self._typical_prompt: float | None = None
         self._kept: dict[int, KeptText] = {}  # seq id -> what its KV holds, as text
         self._kept_saved: dict[int, KeptText] = {}  # host entry -> what it holds, as text
         self._last_step_end = 0.0
@@ -578,7 +581,7 @@ class Engine:
         # What the shared queue may count on, after this engine's own waiting requests: the web
         # process estimates a queued client's wait from it (`inference.transport`).
         behind = fill(slots, self.num_waiting)[1] if slots is not None else None
-        prompts = self._prefill_waits([*self.scheduler.waiting, None])
+        prompts, per_token = self._prompt_queue([*self.scheduler.waiting, None])
         if behind is not None and prompts:
             # Nobody behind gets a first word before the prompts ahead of them are computed.
             behind = [(max(t, prompts[-1]), hold) for t, hold in behind]
@@ -596,6 +599,14 @@ class Engine:
             "floor_yielded_seconds": round(governor.yielded_seconds(now), 1),
             "oldest_wait_seconds": round(oldest, 2) if oldest is not None else None,
             "queue_slots": [list(slot) for slot in behind] if behind is not None else None,
+            # The prompt queue the shared queue joins (`inference.speed.shared_prompt_wait`):
+            # seconds until the prompts held here are computed, what one more prompt token
+            # takes, and the prompt tokens a reply typically computes.
+            "prompt_queue": (
+                [round(prompts[-1], 2), round(per_token, 6), round(self._typical_prompt, 1)]
+                if prompts and per_token is not None and self._typical_prompt is not None
+                else None
+            ),
             "predicted_stream_speed": round(speed, 2) if speed is not None else None,
             "host_cache_entries": len(host) if host is not None else 0,
             "host_cache_tokens": host.used_tokens if host is not None else 0,
@@ -877,6 +888,10 @@ class Engine:
             return  # the engine's own work: not a reply anyone waits for
         if request.admitted_at is not None:
             stats.queue_wait.observe(max(0.0, request.admitted_at - request.since))
+        if not request.background:
+            tokens = self.scheduler.to_compute(request)
+            old = self._typical_prompt
+            self._typical_prompt = tokens if old is None else old + TYPICAL_WEIGHT * (tokens - old)
         # Passages placed in this step are counted once placed (`_count_placed`).
         stats.cached_tokens += request.num_cached - request.num_placed
         stats.restored_tokens += request.num_restored
@@ -1059,12 +1074,17 @@ class Engine:
     # --- the floor's yield and estimated waits ------------------------------------------------
 
     def _prefill_waits(self, waiting: Sequence[Request | None]) -> list[float]:
+        """When each waiting request's prompt will have been computed (`_prompt_queue`)."""
+        return self._prompt_queue(waiting)[0]
+
+    def _prompt_queue(self, waiting: Sequence[Request | None]) -> tuple[list[float], float | None]:
         """When each waiting request's prompt will have been computed (`speed.prefill_waits`:
         the admitted prompts' backlog, then each waiting prompt's uncached tokens, in queue
-        order; None: one more after them, with nothing of its own), or [] before the prompt
-        cost is known. A token counts the wall time it takes beside the streams decoding now,
-        in the chunks the governor would give these prompts (`SpeedGovernor.backlog_seconds`).
-        Background work's prompts go after every reply's: they add nothing ahead of one."""
+        order; None: one more after them, with nothing of its own), and the seconds a prompt
+        token takes; ([], None) before the prompt cost is known. A token counts the wall time
+        it takes beside the streams decoding now, in the chunks the governor would give these
+        prompts (`SpeedGovernor.backlog_seconds`). Background work's prompts go after every
+        reply's: they add nothing ahead of one."""
         scheduler = self.scheduler
         prompts = [
             0 if r is None or r.background else scheduler.uncached_estimate(r) for r in waiting
@@ -1081,8 +1101,8 @@ class Engine:
         decoding = sum(1 for r in scheduler.running if r.prefill_done)
         per_token = self.governor.backlog_seconds(decoding, scheduler.max_batch_tokens, due=due)
         if per_token is None:
-            return []
-        return prefill_waits(scheduler.prefill_backlog(), prompts, per_token)
+            return [], None
+        return prefill_waits(scheduler.prefill_backlog(), prompts, per_token), per_token
 
     def note_waiting_elsewhere(self, since: float | None) -> None:
         """The worker tells since when (on this engine's clock, `time.monotonic()`) the oldest

@@ -448,6 +448,29 @@ def prefill_waits(backlog: int, prompts: Sequence[int], seconds_per_token: float
     return waits
 
 
+PromptQueue = tuple[float, float, float]  # (seconds until free, seconds a token, tokens a prompt)
+
+
+def shared_prompt_wait(rank: int, queues: Sequence[PromptQueue]) -> float | None:
+    """When the prompt of the request at `rank` of the shared queue will have been computed:
+    the requests before it and itself, in queue order, each go to the worker whose prompts end
+    first and add a typical prompt there. `queues`: each live worker's prompt queue from its
+    heartbeat (seconds until the prompts it holds are computed, seconds a prompt token takes
+    beside its streams, prompt tokens a reply typically computes); None when none told one.
+    A request still in the shared queue has its prompt and those ahead of it to wait for, not
+    only the sequences: on the company corpus the wait told to those was short by 5-10 s."""
+    heap = [(max(0.0, free), seconds * tokens) for free, seconds, tokens in queues]
+    if not heap:
+        return None
+    heapq.heapify(heap)
+    end = 0.0
+    for _ in range(rank + 1):
+        free, each = heapq.heappop(heap)
+        end = free + each
+        heapq.heappush(heap, (end, each))
+    return end
+
+
 def worth_retelling(told: float | None, estimate: float | None) -> bool:
     """An estimate that moved by a second and a fifth of itself (or became known or unknown)
     is told again: it follows the queue without a message every step."""

@@ -46,7 +46,7 @@ import redis.asyncio as aioredis
 
 from inference import fairshare
 from inference.metrics import record_refusal
-from inference.speed import Slot, fill, worth_retelling
+from inference.speed import PromptQueue, Slot, fill, shared_prompt_wait, worth_retelling
 from inference.types import (
     Done,
     ErrorCode,
@@ -622,17 +622,27 @@ class RedisEngineClient:
         raws = await self.redis.mget([self.keys.worker(w) for w in live])
         now = time.time()
         slots: list[Slot] = []
+        prompts: list[PromptQueue] = []
         for raw in raws:
             try:
                 data = json.loads(raw) if raw else {}
                 described, at = data.get("queue_slots"), float(data["status_time"])
+                age = max(0.0, now - at)
                 if isinstance(described, list):
-                    age = max(0.0, now - at)
                     slots += [(max(0.0, float(t) - age), float(hold)) for t, hold in described]
+                queue = data.get("prompt_queue")
+                if isinstance(queue, list) and len(queue) == 3:
+                    free, seconds, tokens = (float(v) for v in queue)
+                    prompts.append((max(0.0, free - age), seconds, tokens))
             except (KeyError, ValueError, TypeError, AttributeError):
                 continue  # a worker of another version: its sequences are not counted
         starts = fill(slots, rank + 1)[0]
-        return round(starts[rank], 1) if starts else None
+        start = starts[rank] if starts else None
+        # Its first word also waits for its prompt and those ahead of it in this queue.
+        prompt = shared_prompt_wait(rank, prompts)
+        if start is None or prompt is None:
+            return None if start is None else round(start, 1)
+        return round(max(start, prompt), 1)
 
     async def _unqueue(self, rid: str, keys: Keys) -> bool:
         removed = await self.redis.eval(_UNQUEUE, 3, keys.queue, keys.meta, keys.body(rid), rid)

@@ -375,6 +375,16 @@ def test_fill_takes_the_first_free_slot_in_queue_order():
     assert fill([], 3) == ([], [])
 
 
+def test_the_shared_queue_waits_for_the_prompts_of_those_ahead_and_its_own():
+    # Two workers: one's prompts end in 2 s (a prompt there takes 4 s), the other's in 5 s (3 s
+    # a prompt). In queue order each request goes where the prompts end first.
+    queues = [(2.0, 0.005, 800.0), (5.0, 0.003, 1000.0)]
+    ends = [speed.shared_prompt_wait(rank, queues) for rank in range(4)]
+    assert ends == [6.0, 8.0, 10.0, 11.0]  # 2+4; 5+3; 6+4; 8+3
+    assert speed.shared_prompt_wait(0, []) is None
+    assert speed.shared_prompt_wait(0, [(-1.0, 0.005, 200.0)]) == 1.0  # a stale past wait is now
+
+
 def test_an_estimate_is_told_again_once_it_moved_enough():
     assert worth_retelling(None, 3.0)
     assert worth_retelling(3.0, None)

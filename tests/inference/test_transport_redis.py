@@ -298,6 +298,28 @@ async def test_a_queued_client_hears_the_wait_its_workers_predict(prefix):
         transport.close()
 
 
+async def test_a_queued_client_waits_for_the_prompts_ahead_of_it_too(prefix):
+    # Issue #35 §4: sequences free now, but the worker's prompts end in 4 s and each reply
+    # computes 800 prompt tokens at 5 ms: the first in the shared queue is told 4 + 4 = 8 s,
+    # the second 12 s, not "now" (what the sequences alone said).
+    transport = RedisWorkerTransport(REDIS_URL, prefix=prefix)
+    ahead = time.time() + 60  # ages nothing: exact figures
+    transport.heartbeat(
+        {
+            "queue_slots": [[0.0, 10.0], [0.0, 10.0], [0.0, 10.0]],
+            "prompt_queue": [4.0, 0.005, 800.0],
+            "status_time": ahead,
+        }
+    )
+    c = client(prefix)
+    live = await c.live_workers()
+    assert [await c._estimate(rank, live) for rank in range(3)] == [8.0, 12.0, 16.0]
+    # A worker of an older version, with no prompt queue: the sequences alone, as before.
+    transport.heartbeat({"queue_slots": [[0.0, 10.0]], "status_time": ahead})
+    assert await c._estimate(0, live) == 0.0
+    transport.close()
+
+
 async def test_a_worker_tells_the_shared_queue_its_wait_and_the_client_passes_it_on(prefix):
     runner = FakeRunner(n_seq_max=1, step_delay=0.005, reply_for=lambda p: "z" * 2000)
     runner.step_seconds = lambda decode, prefill: 0.05
