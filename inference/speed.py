@@ -80,6 +80,13 @@ MIN_STEPS = 20  # steps observed before the measured limit replaces the initial 
 RIDGE = 1e-6  # added to the normal equations' diagonal, relative to each term's own scale
 DECODE_WEIGHT = 0.2  # share of the latest decode-only step in the decode-only reference
 PROMPT_WEIGHT = 0.4  # share of the latest chunk step in the measured prompt-token cost
+# The wall time recent prompts took (`SpeedGovernor.backlog_seconds`): each step that carried at
+# least BACKLOG_MIN_CHUNK prompt tokens (a backlog's chunks; a follow-up's few new tokens beside
+# the streams would charge their whole step to them) keeps this weight at the next such step
+# (about the last ten count), trusted once BACKLOG_MIN_TOKENS prompt tokens are behind it.
+BACKLOG_MIN_CHUNK = 32
+BACKLOG_DECAY = 0.9
+BACKLOG_MIN_TOKENS = 256
 
 
 def _solve3(m: list[list[float]], v: list[float]) -> list[float] | None:
@@ -176,6 +183,9 @@ class SpeedGovernor:
     decode_reference: tuple[float, float] | None = None
     # Seconds one prompt token added to recent steps that also decoded, smoothed.
     prompt_token_seconds: float | None = None
+    # Steps that carried prompt tokens: their whole seconds and their prompt tokens, decayed.
+    _wall_seconds: float = 0.0
+    _wall_tokens: float = 0.0
 
     def observe(self, *, decode_tokens: int, prefill_tokens: int, seconds: float) -> None:
         if decode_tokens + prefill_tokens <= 0 or seconds <= 0:
@@ -197,6 +207,9 @@ class SpeedGovernor:
                 self.prompt_token_seconds = (
                     cost if old is None else old + PROMPT_WEIGHT * (cost - old)
                 )
+        if prefill_tokens >= BACKLOG_MIN_CHUNK:
+            self._wall_seconds = self._wall_seconds * BACKLOG_DECAY + seconds
+            self._wall_tokens = self._wall_tokens * BACKLOG_DECAY + prefill_tokens
         self.model.observe(decode_tokens, prefill_tokens, seconds)
 
     def decode_only_seconds(self, streams: int) -> float | None:
@@ -371,17 +384,25 @@ class SpeedGovernor:
         pays the streams' decode and the step's fixed cost. Charged the prompt token's own cost
         alone, the wait told behind a backlog was short by 5-6 s at 10 employees on the company
         corpus and 8-26 s on the 1.5B (docs/BENCHMARKS.md, #35). None until the prompt cost is
-        known."""
+        known.
+
+        Never less than what the recent steps that carried prompt tokens took per prompt token,
+        whole: on the company corpus the line above still said half the wait that followed
+        (what it missed, such as a long prompt's later chunks attending over more positions,
+        the steps spent at the floor's chunks, or the placement of passages, the steps took)."""
         per_prompt = self.prompt_seconds()
         if per_prompt is None:
             return None
-        if decoding <= 0:
-            return per_prompt  # prompts alone go in whole steps
-        fit = self.model.coefficients()
-        assert fit is not None  # prompt_seconds() is known
-        decode_only = self.decode_only_seconds(decoding) or fit[0] + fit[1] * decoding
-        chunk = self.prompt_allowance(decoding, budget, due=due)
-        return per_prompt + decode_only / max(1, chunk)
+        planned = per_prompt
+        if decoding > 0:
+            fit = self.model.coefficients()
+            assert fit is not None  # prompt_seconds() is known
+            decode_only = self.decode_only_seconds(decoding) or fit[0] + fit[1] * decoding
+            chunk = self.prompt_allowance(decoding, budget, due=due)
+            planned += decode_only / max(1, chunk)
+        if self._wall_tokens < BACKLOG_MIN_TOKENS:
+            return planned
+        return max(planned, self._wall_seconds / self._wall_tokens)
 
     def step_seconds(self, streams: int) -> float | None:
         """A step's predicted seconds with `streams` decoding (None until enough steps were

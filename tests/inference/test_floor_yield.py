@@ -375,6 +375,32 @@ def test_fill_takes_the_first_free_slot_in_queue_order():
     assert fill([], 3) == ([], [])
 
 
+def test_a_backlog_token_costs_what_the_recent_prompt_steps_took_when_the_plan_says_less():
+    # The plan: 8 streams decode (0.125 s a step), prompts late for the target go in whole
+    # 256-token steps, so a backlog token is 4 ms + 0.125 / 256 s.
+    g = SpeedGovernor(floor=FLOOR, maximum=48, initial=4, hard_floor=HARD, ttft_target=TARGET)
+    for i in range(200):  # prompt chunks too small to be a backlog's: only the line knows them
+        decode, prefill = 4 + i % 30, 16 if i % 10 == 0 else 0
+        g.observe(decode_tokens=decode, prefill_tokens=prefill, seconds=cost(decode, prefill))
+    late = [(2000, -1.0)]
+    planned = g.backlog_seconds(8, 256, due=late)
+    assert planned is not None
+    fixed, per_decode, _ = g.model.coefficients() or (0.0, 0.0, 0.0)
+    decode_only = g.decode_only_seconds(8) or fixed + per_decode * 8
+    assert planned == pytest.approx((g.prompt_seconds() or 0) + decode_only / 256)
+    # The steps that carried prompts went in 40-token chunks and took 0.5 s each (12.5 ms a
+    # token): the wait told follows them, not the plan.
+    for _ in range(30):
+        g.observe(decode_tokens=8, prefill_tokens=40, seconds=0.5)
+    walled = g.backlog_seconds(8, 256, due=late)
+    assert walled is not None
+    assert walled >= 0.5 / 40 - 1e-9
+    # A follow-up's few new tokens beside the streams are not a backlog's chunks: they leave it.
+    for _ in range(30):
+        g.observe(decode_tokens=8, prefill_tokens=4, seconds=0.3)
+    assert g.backlog_seconds(8, 256, due=late) == pytest.approx(walled, rel=0.3)
+
+
 def test_the_shared_queue_waits_for_the_prompts_of_those_ahead_and_its_own():
     # Two workers: one's prompts end in 2 s (a prompt there takes 4 s), the other's in 5 s (3 s
     # a prompt). In queue order each request goes where the prompts end first.
