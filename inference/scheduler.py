@@ -610,6 +610,19 @@ class Scheduler:
                 total += span.end - at
         return total
 
+    def _placement_cut(self, req: Request, reused: int) -> int:
+        """How much of a `reused` prefix to take: up to the placement point of a passage it
+        ends inside, past which the passage's kept KV would otherwise not be placed and the
+        rest of it would be computed. Passages of one document begin alike (its title), so a
+        question's first passage often shares its first tokens with another question's: with
+        no tokens recomputed, that turned 17 % of the passage tokens back into computed ones
+        (docs/BENCHMARKS.md, #35, one employee alone)."""
+        for span in req.spans:
+            at = self._placement_point(req, span)
+            if at is not None and at < reused < span.end:
+                return at
+        return reused
+
     def _next_stop(self, req: Request) -> int:
         """Where `req`'s next prompt chunk must end: the next passage to place, or the end."""
         for span in req.spans:
@@ -770,7 +783,7 @@ class Scheduler:
             # in the time to first token and reveal that tenant's opening text.
             if tenant != req.tenant:
                 return 0
-            return min(common_prefix_len(held, req.prompt_tokens), usable)
+            return self._placement_cut(req, min(common_prefix_len(held, req.prompt_tokens), usable))
 
         def continues(slot: Slot) -> int:
             # A kept conversation is taken over only by its own next turn: when the request
@@ -803,6 +816,7 @@ class Scheduler:
         share, share_len = None, 0  # whose cells a restored prefix is swapped for
         if self.host is not None:
             saved, n = self.host.match(req.tenant, req.prompt_tokens, usable)
+            n = self._placement_cut(req, n)
             if saved is not None and n > max(keep, copy_len) + MIN_RESTORE_GAIN:
                 restore_len = n
                 if self.shared_pool and source is not None and copy_len >= MIN_SHARE:

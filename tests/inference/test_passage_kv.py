@@ -181,6 +181,31 @@ def test_the_first_tokens_of_each_passage_are_computed_again_when_asked() -> Non
     assert engine.stats.passage_tokens_computed == 10
 
 
+@pytest.mark.parametrize("recompute", [0, 2])
+def test_a_prefix_shared_into_a_passage_stops_where_the_passage_is_placed(recompute: int) -> None:
+    # Two passages of one document begin alike. The second question's prompt shares the first
+    # one's conversation up to a few tokens into its passage: it reuses them up to where the
+    # passage's kept KV goes, and places the rest, instead of computing it in place.
+    paris = "Travel policy: the hotel limit in Paris is EUR 220 a night."
+    runner = FakeRunner(n_seq_max=4)
+    engine = engine_for(runner, passage_recompute=recompute)
+    warm(engine, HOTEL, paris)
+    ask(engine, "london", question(HOTEL, ask="And London?"))
+    run(engine)
+    assert len(runner.placements) == 1
+    ask(engine, "paris", question(paris, ask="And Paris?"))
+    start = position_of(engine, "paris", paris)
+    held = max(len(s.tokens) for s in engine.scheduler.slots)
+    assert held > start + recompute  # the first conversation is kept, sharing "Travel policy: …"
+    events = run(engine)
+    assert text_of(events, "paris") == "echo: " + question(paris, ask="And Paris?")
+    second = runner.placements[1]
+    assert (second.at, second.n_tokens) == (start + recompute, len(encode(paris)) - recompute)
+    # The first question computed its passage's first tokens; the second reused those it
+    # shares (the same tokens after the same prefix: the same KV) and computed none.
+    assert engine.stats.passage_tokens_computed == recompute
+
+
 def test_a_passage_placed_at_the_wrong_position_fails_in_the_fake() -> None:
     # The fake is strict about positions: a scheduler that placed a passage anywhere but at the
     # end of its sequence would fail every test above.
