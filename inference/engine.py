@@ -1057,7 +1057,7 @@ class Engine:
             return events
         slots = self.queue_slots(time.monotonic())
         starts = fill(slots, len(waiting))[0] if slots is not None else []
-        prompts = self._prefill_waits(waiting)
+        prompts = self._prompt_queue(waiting)[0]
         if starts and prompts:
             # A first word needs a sequence and the prompts ahead (and its own) computed.
             starts = [max(t, p) for t, p in zip(starts, prompts, strict=True)]
@@ -1073,10 +1073,6 @@ class Engine:
 
     # --- the floor's yield and estimated waits ------------------------------------------------
 
-    def _prefill_waits(self, waiting: Sequence[Request | None]) -> list[float]:
-        """When each waiting request's prompt will have been computed (`_prompt_queue`)."""
-        return self._prompt_queue(waiting)[0]
-
     def _prompt_queue(self, waiting: Sequence[Request | None]) -> tuple[list[float], float | None]:
         """When each waiting request's prompt will have been computed (`speed.prefill_waits`:
         the admitted prompts' backlog, then each waiting prompt's uncached tokens, in queue
@@ -1089,15 +1085,9 @@ class Engine:
         prompts = [
             0 if r is None or r.background else scheduler.uncached_estimate(r) for r in waiting
         ]
-        due = self._prompts_due()
-        target = self.governor.ttft_target
-        if target > 0:
-            now = time.monotonic()
-            due += [
-                (tokens, target - (now - r.since))
-                for r, tokens in zip(waiting, prompts, strict=True)
-                if r is not None and tokens > 0
-            ]
+        due = self._prompts_due(
+            [(r, n) for r, n in zip(waiting, prompts, strict=True) if r is not None and n > 0]
+        )
         decoding = sum(1 for r in scheduler.running if r.prefill_done)
         per_token = self.governor.backlog_seconds(decoding, scheduler.max_batch_tokens, due=due)
         if per_token is None:
@@ -1117,21 +1107,23 @@ class Engine:
             return False
         return all(r.background for r in self.scheduler.running)
 
-    def _prompts_due(self) -> list[tuple[int, float]]:
+    def _prompts_due(self, waiting: Sequence[tuple[Request, int]] = ()) -> list[tuple[int, float]]:
         """The replies whose prompts are being computed, in admission order (the order the
         scheduler computes them in, short prompts aside, which go in one step anyway): the
         prompt tokens each still has to compute and the seconds left until it has waited the
-        first-token target since it was asked (`SpeedGovernor.prompt_allowance`)."""
+        first-token target since it was asked (`SpeedGovernor.prompt_allowance`). `waiting`:
+        requests not admitted yet, with their prompt tokens, due after those (for estimates)."""
         target = self.governor.ttft_target
         if target <= 0:
             return []
         now = time.monotonic()
         scheduler = self.scheduler
-        return [
-            (scheduler.to_compute(r), target - (now - r.since))
+        running = [
+            (r, scheduler.to_compute(r))
             for r in scheduler.running
             if not r.prefill_done and not r.background
         ]
+        return [(tokens, target - (now - r.since)) for r, tokens in [*running, *waiting]]
 
     def oldest_wait(self, now: float) -> float | None:
         """Seconds the longest-waiting reply has waited since it was asked (first turns and
