@@ -24,7 +24,7 @@ from inference.scheduler import (
     SchedulerOutput,
     SpillSpan,
 )
-from inference.speed import Slot, SpeedGovernor, fill, prefill_waits, worth_retelling
+from inference.speed import SpeedGovernor
 from inference.stats import EngineStats
 from inference.types import (
     ChatMessage,
@@ -38,7 +38,6 @@ from inference.types import (
     FinishReason,
     KvPoolLost,
     PromptPart,
-    Queued,
     Request,
     RestoreFailed,
     SamplingParams,
@@ -50,13 +49,13 @@ from inference.types import (
     prompt_text,
     trust_map,
 )
+from inference.waits import Waits
 
 logger = logging.getLogger(__name__)
 
 # The worker's work between two steps counted as part of the streams' wait, at most this long
 # (longer is a stall: a garbage collection, a slow Redis, not the cost of a step).
 MAX_LOOP_GAP = 0.1
-TYPICAL_WEIGHT = 0.1  # share of the latest finished reply in the typical reply length
 WARM_PREFIX = "passage-kv-"  # ids of the engine's own requests that compute a passage's KV
 WARM_AT_ONCE = 2  # such requests queued or running at once (background: on spare sequences)
 SYNC_SECONDS = 10.0  # an idle engine asks the documents' index for new passages this often
@@ -220,15 +219,7 @@ class Engine:
         self._streams: dict[str, TextStream] = {}
         # Logprobs of tokens whose text is not out yet (held back by a stop string's prefix).
         self._logprobs: dict[str, list[dict[str, Any]]] = {}
-        self._told: dict[str, tuple[int, float | None]] = {}  # position, estimate told
-        # Since when (engine clock) the oldest reply in a queue before this engine has waited:
-        # the shared Redis queue, told by the worker (`note_waiting_elsewhere`).
-        self._elsewhere_since: float | None = None
-        # Completion tokens of a typical reply (exponentially weighted), for estimated waits.
-        self._typical_tokens: float | None = None
-        # Prompt tokens a reply had to compute when admitted (exponentially weighted): what a
-        # request still in the shared queue will add to the prompts ahead of the next one.
-        self._typical_prompt: float | None = None
+        self.waits = Waits(self.scheduler, self.governor)
         self._kept: dict[int, KeptText] = {}  # seq id -> what its KV holds, as text
         self._kept_saved: dict[int, KeptText] = {}  # host entry -> what it holds, as text
         self._last_step_end = 0.0
@@ -519,7 +510,7 @@ class Engine:
         self.scheduler.finish(request, FinishReason.CANCELLED)
         if not self.has_work:
             self._set_limit()
-        return [self._done(request), *self._queue_events()]
+        return [self._done(request), *self.waits.queue_events()]
 
     def fail_all(self, code: ErrorCode, message: str) -> list[Event]:
         """End every request with an error (shutdown): nobody is left waiting for nothing."""
@@ -576,15 +567,6 @@ class Engine:
         governor = self.governor
         speed = governor.stream_speed(max(1, self.num_running))
         now = time.monotonic()
-        oldest = self.oldest_wait(now)
-        slots = self.queue_slots(now)
-        # What the shared queue may count on, after this engine's own waiting requests: the web
-        # process estimates a queued client's wait from it (`inference.transport`).
-        behind = fill(slots, self.num_waiting)[1] if slots is not None else None
-        prompts, per_token = self._prompt_queue([*self.scheduler.waiting, None])
-        if behind is not None and prompts:
-            # Nobody behind gets a first word before the prompts ahead of them are computed.
-            behind = [(max(t, prompts[-1]), hold) for t, hold in behind]
         return {
             "running": self.num_running,
             "waiting": self.num_waiting,
@@ -597,16 +579,7 @@ class Engine:
             "floor_yielding": int(governor.yielding),
             "floor_yields": governor.yields,
             "floor_yielded_seconds": round(governor.yielded_seconds(now), 1),
-            "oldest_wait_seconds": round(oldest, 2) if oldest is not None else None,
-            "queue_slots": [list(slot) for slot in behind] if behind is not None else None,
-            # The prompt queue the shared queue joins (`inference.speed.shared_prompt_wait`):
-            # seconds until the prompts held here are computed, what one more prompt token
-            # takes, and the prompt tokens a reply typically computes.
-            "prompt_queue": (
-                [round(prompts[-1], 2), round(per_token, 6), round(self._typical_prompt, 1)]
-                if prompts and per_token is not None and self._typical_prompt is not None
-                else None
-            ),
+            **self.waits.shared_queue_status(now),
             "predicted_stream_speed": round(speed, 2) if speed is not None else None,
             "host_cache_entries": len(host) if host is not None else 0,
             "host_cache_tokens": host.used_tokens if host is not None else 0,
@@ -746,10 +719,10 @@ class Engine:
         # long prompt left alone gets whole steps).
         decoding = sum(1 for r in self.scheduler.running if r.prefill_done)
         self.scheduler.prompt_budget = self.governor.prompt_allowance(
-            decoding, self.scheduler.max_batch_tokens, due=self._prompts_due()
+            decoding, self.scheduler.max_batch_tokens, due=self.waits.prompts_due()
         )
         self.scheduler.background_prompt_budget = self.governor.background_allowance(
-            decoding, self.scheduler.max_batch_tokens, idle=self._idle_but_background()
+            decoding, self.scheduler.max_batch_tokens, idle=self.waits.idle_but_background()
         )
         out = self.scheduler.schedule()
         self._track_saved(out)
@@ -766,11 +739,11 @@ class Engine:
                     return events + self._fail_batch(out, str(exc))
                 else:
                     self._count_placed(out)
-            return events + self._queue_events()
+            return events + self.waits.queue_events()
         try:
             sampled = self.runner.execute(out)
         except RestoreFailed as exc:
-            return events + self._restore_failed(exc) + self._queue_events()
+            return events + self._restore_failed(exc) + self.waits.queue_events()
         except KvPoolLost as exc:
             logger.exception("the KV pool was lost")
             return events + self._pool_lost(out, str(exc))
@@ -785,7 +758,7 @@ class Engine:
         now = time.monotonic()
         for request in advanced:
             events.extend(self._process_token(request, now))
-        events.extend(self._queue_events())
+        events.extend(self.waits.queue_events())
 
         prefill_tokens = sum(len(c.tokens) for c in out.prefills)
         self.governor.observe(
@@ -823,7 +796,7 @@ class Engine:
         floor yields to someone who waited past the first-token target."""
         now = time.monotonic()
         self.scheduler.max_running = self.governor.running_limit(
-            oldest_wait=self.oldest_wait(now), running=self.num_running, now=now
+            oldest_wait=self.waits.oldest_wait(now), running=self.num_running, now=now
         )
 
     def _stream_seconds(self, started: float, decode_seconds: float) -> float:
@@ -889,9 +862,7 @@ class Engine:
         if request.admitted_at is not None:
             stats.queue_wait.observe(max(0.0, request.admitted_at - request.since))
         if not request.background:
-            tokens = self.scheduler.to_compute(request)
-            old = self._typical_prompt
-            self._typical_prompt = tokens if old is None else old + TYPICAL_WEIGHT * (tokens - old)
+            self.waits.note_admitted(self.scheduler.to_compute(request))
         # Passages placed in this step are counted once placed (`_count_placed`).
         stats.cached_tokens += request.num_cached - request.num_placed
         stats.restored_tokens += request.num_restored
@@ -1026,10 +997,7 @@ class Engine:
         reason = request.finish_reason or FinishReason.ERROR
         self.stats.finished[reason.value] = self.stats.finished.get(reason.value, 0) + 1
         if not request.background and reason in (FinishReason.STOP, FinishReason.LENGTH):
-            old = self._typical_tokens
-            self._typical_tokens = (
-                completion if old is None else old + TYPICAL_WEIGHT * (completion - old)
-            )
+            self.waits.note_finished(completion)
         end = request.finished_at or time.monotonic()
         ttft = request.first_token_at
         return Done(
@@ -1045,142 +1013,5 @@ class Engine:
     def _forget(self, request: Request) -> None:
         self._streams.pop(request.request_id, None)
         self._logprobs.pop(request.request_id, None)
-        self._told.pop(request.request_id, None)
+        self.waits.forget(request.request_id)
         self.runner.release(request)
-
-    def _queue_events(self) -> list[Event]:
-        """Tell each waiting request its place in the queue and its estimated wait, when the
-        place changes or the estimate moved (`worth_retelling`)."""
-        events: list[Event] = []
-        waiting = list(self.scheduler.waiting)
-        if not waiting:
-            return events
-        slots = self.queue_slots(time.monotonic())
-        starts = fill(slots, len(waiting))[0] if slots is not None else []
-        prompts = self._prompt_queue(waiting)[0]
-        if starts and prompts:
-            # A first word needs a sequence and the prompts ahead (and its own) computed.
-            starts = [max(t, p) for t, p in zip(starts, prompts, strict=True)]
-        for position, request in enumerate(waiting, start=1):
-            if request.prefill_only:
-                continue  # the engine's own work: nobody to tell
-            estimate = round(starts[position - 1], 1) if starts else None
-            told = self._told.get(request.request_id)
-            if told is None or told[0] != position or worth_retelling(told[1], estimate):
-                self._told[request.request_id] = (position, estimate)
-                events.append(Queued(request.request_id, position, estimate))
-        return events
-
-    # --- the floor's yield and estimated waits ------------------------------------------------
-
-    def _prompt_queue(self, waiting: Sequence[Request | None]) -> tuple[list[float], float | None]:
-        """When each waiting request's prompt will have been computed (`speed.prefill_waits`:
-        the admitted prompts' backlog, then each waiting prompt's uncached tokens, in queue
-        order; None: one more after them, with nothing of its own), and the seconds a prompt
-        token takes; ([], None) before the prompt cost is known. A token counts the wall time
-        it takes beside the streams decoding now, in the chunks the governor would give these
-        prompts (`SpeedGovernor.backlog_seconds`). Background work's prompts go after every
-        reply's: they add nothing ahead of one."""
-        scheduler = self.scheduler
-        prompts = [
-            0 if r is None or r.background else scheduler.uncached_estimate(r) for r in waiting
-        ]
-        due = self._prompts_due(
-            [(r, n) for r, n in zip(waiting, prompts, strict=True) if r is not None and n > 0]
-        )
-        decoding = sum(1 for r in scheduler.running if r.prefill_done)
-        per_token = self.governor.backlog_seconds(decoding, scheduler.max_batch_tokens, due=due)
-        if per_token is None:
-            return [], None
-        return prefill_waits(scheduler.prefill_backlog(), prompts, per_token), per_token
-
-    def note_waiting_elsewhere(self, since: float | None) -> None:
-        """The worker tells since when (on this engine's clock, `time.monotonic()`) the oldest
-        reply in the queue before this engine (the shared Redis queue) has waited, or None when
-        none waits there: the floor yields for it as for a request in this engine's queue."""
-        self._elsewhere_since = since
-
-    def _idle_but_background(self) -> bool:
-        """Whether no reply runs or waits, here or in the shared queue: background work may
-        take longer steps (`SpeedGovernor.background_allowance`)."""
-        if self.oldest_wait(time.monotonic()) is not None:
-            return False
-        return all(r.background for r in self.scheduler.running)
-
-    def _prompts_due(self, waiting: Sequence[tuple[Request, int]] = ()) -> list[tuple[int, float]]:
-        """The replies whose prompts are being computed, in admission order (the order the
-        scheduler computes them in, short prompts aside, which go in one step anyway): the
-        prompt tokens each still has to compute and the seconds left until it has waited the
-        first-token target since it was asked (`SpeedGovernor.prompt_allowance`). `waiting`:
-        requests not admitted yet, with their prompt tokens, due after those (for estimates)."""
-        target = self.governor.ttft_target
-        if target <= 0:
-            return []
-        now = time.monotonic()
-        scheduler = self.scheduler
-        running = [
-            (r, scheduler.to_compute(r))
-            for r in scheduler.running
-            if not r.prefill_done and not r.background
-        ]
-        return [(tokens, target - (now - r.since)) for r, tokens in [*running, *waiting]]
-
-    def oldest_wait(self, now: float) -> float | None:
-        """Seconds the longest-waiting reply has waited since it was asked (first turns and
-        follow-ups alike; background work does not count), here or in the shared queue."""
-        sinces = [self.scheduler.waiting.oldest_since(), self._elsewhere_since]
-        known = [s for s in sinces if s is not None]
-        return max(0.0, now - min(known)) if known else None
-
-    def typical_reply_tokens(self) -> float:
-        """A reply's typical length: the finished replies' completion tokens, exponentially
-        weighted; before any finished, the running and waiting replies' mean max_tokens."""
-        if self._typical_tokens is not None:
-            return self._typical_tokens
-        limits = [
-            r.params.max_tokens
-            for r in [*self.scheduler.running, *self.scheduler.waiting]
-            if not r.background
-        ]
-        return sum(limits) / len(limits) if limits else 0.0
-
-    def queue_slots(self, now: float) -> list[Slot] | None:
-        """The sequences the queue may use, as (seconds until one is free for the next waiting
-        request, seconds a typical reply then holds it); None until the step model is known.
-
-        A running reply ends after the typical reply length minus what it has generated, at
-        least a quarter of the typical length, at most what its max_tokens leaves; tokens come
-        at one step each, the step predicted for the limit's streams (with a queue, the limit
-        is what runs). A sequence free below the limit is free now; above the floor's limit,
-        while the floor may yield, it frees when the oldest waiting reply passes the target.
-        The prompt's own computation is left out: a first token follows within a step or two."""
-        governor = self.governor
-        limit = self.scheduler.max_running
-        effective = limit
-        yield_in = 0.0
-        if not governor.yielding and governor.may_yield:
-            effective = governor.yielded_limit()
-            oldest = self.oldest_wait(now)
-            yield_in = max(0.0, governor.ttft_target - (oldest or 0.0))
-        step = governor.step_seconds(effective)
-        if step is None:
-            return None
-        typical = self.typical_reply_tokens()
-        ends = []
-        for r in self.scheduler.running:
-            done = len(r.output_tokens)
-            expected = max(typical - done, typical / 4)
-            ends.append(max(1.0, min(r.params.max_tokens - done, expected)) * step)
-        ends.sort()
-        # Streams above the limit free no sequence when they end (the first of them to end);
-        # once the floor yields, the limit is `effective`.
-        over = max(0, len(ends) - limit)
-        if effective > limit:
-            slots = sorted([max(t, yield_in) for t in ends[:over]] + ends[over:])
-            slots = slots[max(0, len(slots) - effective) :]
-        else:
-            slots = ends[over:]
-        slots += [0.0] * max(0, limit - len(ends))
-        slots += [yield_in] * max(0, effective - len(slots))
-        hold = max(1.0, typical) * step
-        return [(round(t, 3), round(hold, 3)) for t in slots]

@@ -190,7 +190,7 @@ class EngineWorker:
         # The replies still in the shared queue count for the speed floor's yield too: with
         # every sequence at the floor's limit, that is where they wait.
         oldest = self.transport.oldest_waiting()
-        self.engine.note_waiting_elsewhere(
+        self.engine.waits.note_waiting_elsewhere(
             None if oldest is None else time.monotonic() - _credited_wait(oldest)
         )
 

@@ -443,7 +443,7 @@ def test_an_estimate_counts_the_prompts_to_compute_ahead() -> None:
     assert waits == sorted(waits)
     assert waits[2] >= 0.95 * sum(prompts) * per_token
     # Without the prompts the sequences alone would have said less: w0 and w1 free together.
-    slots = e.queue_slots(time.monotonic())
+    slots = e.waits.queue_slots(time.monotonic())
     assert slots is not None
     assert waits[1] > fill(slots, 3)[0][1] + 0.5
 
