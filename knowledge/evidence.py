@@ -196,13 +196,19 @@ def names(text: str, is_common: Callable[[str], bool] | None = None) -> list[tup
     return list(found.items())
 
 
+def without_marks(text: str) -> str:
+    """`text` without its citation marks ([2], 【1】) and list numbering (1., 2)): neither is
+    something a reply states."""
+    return _LIST_MARK.sub(" ", _CITATION_MARK.sub(" ", text))
+
+
 def claims(
     reply: str, question: str, is_common: Callable[[str], bool] | None = None
 ) -> list[Claim]:
     """What the reply states that its question does not: its figures, identifiers and names, in
     the order written (citation marks and list numbering aside; "一", one, is too common in
     Chinese phrasing — 一次, 一个 — to be a claim)."""
-    reply = _LIST_MARK.sub(" ", _CITATION_MARK.sub(" ", reply))
+    reply = without_marks(reply)
     asked_figures = {key for key, _ in figures(question)}
     asked_words = set(words(question))
     out: dict[str, Claim] = {}

@@ -57,6 +57,13 @@ def test_claims_are_the_figures_identifiers_and_names_the_question_does_not_hold
     ]
 
 
+def test_list_numbering_and_citation_marks_are_not_figures_a_reply_states():
+    reply = "食堂开放时间：\n1. 午餐 11:30–13:30 [2]\n2) 晚餐 17:30【1】\n- 3 层\n10. 共 12 张桌子"
+    keys = [k for k, _ in evidence.figures(evidence.without_marks(reply))]
+    assert keys == ["11:30-13:30", "17:30", "3", "12"]
+    assert [c.key for c in evidence.claims(reply, "食堂几点开门？")] == keys
+
+
 def test_a_figure_is_compared_whatever_its_separators_and_numerals():
     assert evidence.figure_key("1,500") == evidence.figure_key("1.500") == "1500"
     assert evidence.figure_key("0,32") == "0.32"
