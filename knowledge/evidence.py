@@ -32,6 +32,7 @@ import unicodedata
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from knowledge import asked as asking
 from knowledge.segment import STOPWORDS, words
 
 # --- sentences --------------------------------------------------------------------------------
@@ -448,6 +449,11 @@ class Check:
     closest: Sentence | None = None
     # The question's strong terms that no passage speaks of (a gym, a funeral, Hamburg).
     absent: list[str] = field(default_factory=list)
+    # Figures held by a sentence about the question but of another kind than it asks for (a
+    # fee given for a deadline): claim as written -> its kind (`knowledge.asked`). They are
+    # among `unsupported`.
+    mismatched: dict[str, str] = field(default_factory=dict)
+    asked: str | None = None  # the kind of figure the question asks for, when it says
 
     @property
     def cited(self) -> list[int]:
@@ -591,9 +597,15 @@ def check(
         if c.kind != NAME or not set(words(c.text)) <= titles
     ]
     if not found:
-        return Check(NOTHING_TO_CHECK, closest=closest, absent=absent)
+        return Check(
+            NOTHING_TO_CHECK, closest=closest, absent=absent, asked=asking.asked_kind(question)
+        )
     keys = [sentence_keys(s) for s in all_sentences]
-    result = Check(SUPPORTED, closest=closest, absent=absent)
+    result = Check(SUPPORTED, closest=closest, absent=absent, asked=asking.asked_kind(question))
+    # Figures of another kind than asked for, when none of the reply's is of that kind.
+    wrong_kind = asking.mismatched(
+        question, without_marks(reply), [c.text for c in found if c.kind == FIGURE]
+    )
     chosen: dict[int, Sentence] = {}
     presence_ = presence or lexical_presence(subject_)
     for claim in found:
@@ -605,6 +617,11 @@ def check(
         ]
         if not good:
             result.unsupported.append(claim)
+            continue
+        if claim.text in wrong_kind:
+            # Held by a sentence about the question, but not what it asks: no citation.
+            result.unsupported.append(claim)
+            result.mismatched[claim.text] = wrong_kind[claim.text]
             continue
         result.supported.append(claim)
         # A sentence quoted already for another claim, else the one most about the question.

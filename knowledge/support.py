@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from knowledge import answerability, citations, evidence, followups, index, services
+from knowledge import asked as asking
 from knowledge.access import PUBLIC, Reader, reader_for_session
 from knowledge.embeddings import get_embedder
 from knowledge.models import Chunk, KnowledgeBase, Passage
@@ -40,6 +41,23 @@ WARNING = (
     "it before relying on it.*"
 )
 WARNING_ZH = "\n\n*文档中没有依据：{claims}。为这个问题找到的段落都没有这样说，请核实后再使用。*"
+# A figure of another kind than the question asks for (`knowledge.asked`): a fee for a deadline.
+MISMATCH = (
+    "\n\n*Not what was asked: the question asks for {asked}; the reply gives {claims}. Check "
+    "it before relying on it.*"
+)
+MISMATCH_ZH = "\n\n*可能答非所问：问题问的是{asked}，回答给出的是{claims}，请核实后再使用。*"
+NO_ANSWER = (
+    "\n\n*Not what was asked: the question asks for {asked}, and the reply gives none. Check "
+    "the documents before relying on it.*"
+)
+NO_ANSWER_ZH = "\n\n*可能答非所问：问题问的是{asked}，回答中没有给出，请核实文档后再使用。*"
+KINDS = {
+    asking.TIME: "a time or a number of days",
+    asking.MONEY: "an amount of money",
+    asking.PERCENT: "a percentage",
+}
+KINDS_ZH = {asking.TIME: "时间或天数", asking.MONEY: "金额", asking.PERCENT: "比例"}
 ABSENT = (
     "\n\n*Not in the documents: nothing found for this question is about {terms}; check it "
     "before relying on it.*"
@@ -384,6 +402,19 @@ def evaluate(
         template = ABSENT_ZH if asked_in_chinese else ABSENT
         shown = ("、" if asked_in_chinese else ", ").join(checked.absent[:3])
         return ReplyEvidence(suffix=template.format(terms=shown), record=record)
+    if (
+        nothing
+        and checked.asked is not None
+        and not citations.declines(reply)
+        and not asking.gives(checked.asked, reply)
+    ):
+        # It names no figure, and what it says gives no time (or amount) where one was asked
+        # for: a restated question, "by the end of the leave year" for "31 March".
+        record["verdict"] = evidence.UNSUPPORTED
+        record["missing"] = checked.asked
+        names = KINDS_ZH if asked_in_chinese else KINDS
+        template = NO_ANSWER_ZH if asked_in_chinese else NO_ANSWER
+        return ReplyEvidence(suffix=template.format(asked=names[checked.asked]), record=record)
     if checked.verdict == evidence.NOTHING_TO_CHECK:
         texts = {n: text for n, (text, _) in passages.items()}
         suffix = citations.citation_suffix(reply, question, texts)
@@ -404,9 +435,19 @@ def evaluate(
         )
     suffix = "".join(f"[{n}]" for n in checked.cited if n not in own)
     suffix = f" {suffix}" if suffix else ""
-    if checked.unsupported:
-        shown = ", ".join(c.text for c in checked.unsupported[:4])
+    unheld = [c for c in checked.unsupported if c.text not in checked.mismatched]
+    if unheld:
+        shown = ", ".join(c.text for c in unheld[:4])
         suffix += (WARNING_ZH if asked_in_chinese else WARNING).format(claims=shown)
+    if checked.mismatched and checked.asked is not None:
+        record["mismatched"] = dict(checked.mismatched)
+        names = KINDS_ZH if asked_in_chinese else KINDS
+        shown = ("，" if asked_in_chinese else ", ").join(
+            f"{text}（{names[kind]}）" if asked_in_chinese else f"{text} ({names[kind]})"
+            for text, kind in list(checked.mismatched.items())[:4]
+        )
+        template = MISMATCH_ZH if asked_in_chinese else MISMATCH
+        suffix += template.format(asked=names[checked.asked], claims=shown)
     return ReplyEvidence(suffix=suffix, record=record)
 
 

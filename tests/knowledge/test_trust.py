@@ -111,6 +111,50 @@ async def test_documents_only_replaces_an_unsupported_reply_with_what_the_docume
     await socket.disconnect()
 
 
+BADGES = """# Office guide
+
+## Badges
+
+Report a lost badge to reception within 24 hours; a new badge costs EUR 50, deducted from your
+salary.
+"""
+
+DEADLINE = "How soon must I report a lost badge?"
+
+
+@pytest.mark.parametrize(
+    ("reply", "warned", "note"),
+    [
+        # The right section's fee, given for a deadline: a sentence about the badge holds it.
+        ("A new badge costs EUR 50.", ["50"], "the reply gives 50 (an amount of money)"),
+        # No figure at all, and nothing that gives a time.
+        ("Report it to reception.", [], "and the reply gives none"),
+        # A reply that gives the time may say more: nothing to warn about.
+        ("Within 24 hours; a new badge costs EUR 50.", None, None),
+    ],
+)
+async def test_a_reply_that_gives_no_figure_of_the_kind_asked_for_is_warned_about(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any, reply, warned, note
+) -> None:
+    use_engine(replying(reply))
+    await database_sync_to_async(upload)(tenant, "office-guide.md", BADGES)
+    socket = await connected_as(member)
+    frames = await ask(socket, DEADLINE)
+    done = of(frames, "reply.done")[0]["reply"]
+    if note is None:
+        assert done["verdict"] == "supported"
+        assert done["content"] == f"{reply} [1]"
+    else:
+        assert done["verdict"] == "unsupported"
+        assert done["unsupported"] == warned
+        text, shown_note = done["content"].split("\n\n")
+        assert text == reply  # not cited
+        assert shown_note.startswith("*Not what was asked: the question asks for a time")
+        assert note in shown_note
+        assert not any(s["cited"] for s in done["sources"])
+    await socket.disconnect()
+
+
 async def test_a_follow_up_rests_on_the_passages_the_conversation_was_given(
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:

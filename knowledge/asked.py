@@ -1,0 +1,147 @@
+"""What kind of figure a question asks for, and what kind a reply's figure is.
+
+A small model often answers with the right passage's wrong figure: asked how soon a lost badge
+must be reported, it gives the replacement fee ("50 元"), from a sentence about the badge, so
+the support check finds it held by a sentence about the question. What tells it apart is its
+kind: the question asks for a time and the reply gives an amount. `mismatched` names such
+figures when nothing in the reply is of the kind asked for.
+
+Three kinds only, where wording says them plainly in English and Chinese: a time (a duration,
+a date, a clock time, a weekday), an amount of money, a percentage. Anything else (counts,
+phone extensions, addresses) has no kind and is never called a mismatch.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+
+TIME = "time"
+MONEY = "money"
+PERCENT = "percent"
+
+_MONTHS = (
+    "january|february|march|april|may|june|july|august|september|october|november|december|"
+    "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+
+# What a question asks for. A time first: "how much paid time off" asks for days, not money.
+_ASKS_TIME = re.compile(
+    r"\bhow (?:long|soon|quickly|early|late|far in advance|often)\b|"
+    r"\bhow many (?:hours|days|weeks|months|years|minutes|working days|calendar days)\b|"
+    r"\bhow much (?:paid )?(?:time|leave|holiday|vacation|notice)\b|"
+    r"\bby when\b|\bwhat time\b|\bwhich (?:day|weekday|date|month)\b|\buntil when\b|"
+    r"(?:^|[.?!,]\s*)(?:and )?when (?:is|are|do|does|must|should|will|can|am)\b|"
+    r"多久|多长时间|几天|多少天|几个?小时|多少小时|几周|几个月|几年|几点|什么时候|何时|哪天|哪一天|"
+    r"几号|多少个?工作日|几个工作日|截止到?什么|最晚什么",
+    re.I,
+)
+_ASKS_PERCENT = re.compile(
+    r"\bwhat (?:percentage|share|proportion|percent)\b|\bhow many percent\b|"
+    r"百分之几|百分比是?多少|比例是?多少|几成|打几折",
+    re.I,
+)
+_ASKS_MONEY = re.compile(
+    r"\bhow much\b.*\b(?:cost|costs|price|fee|fees|charge|charged|pay|paid|reimburse\w*|"
+    r"allowance|subsidy|budget|spend|worth|salary|eur|euros?|yuan|rmb)\b|"
+    r"\b(?:what|how much) (?:is|are) the (?:price|cost|fee|fees|charge)\b|"
+    r"多少钱|多少元|几元|多少块|什么价|价格是?多少|价钱|费用是?多少|费是?多少|交多少|"
+    r"补贴多少|报销多少|预算是?多少|多少预算",
+    re.I,
+)
+
+# A figure's kind, from the words around it in the reply.
+_TIME_AFTER = re.compile(
+    r"(?:st|nd|rd|th)?\s*\**\s*(?:hours?|hrs?\b|h\b|minutes?|mins?\b|days?\b|working days?|"
+    r"business days?|calendar days?|weeks?|months?|years?|a\.?m\.?|p\.?m\.?|o'clock|"
+    rf"(?:{_MONTHS})\b|"
+    r"个?小时|分钟|天|日|个?星期|周|个月|月|年|个?工作日|点|号)",
+    re.I,
+)
+_TIME_BEFORE = re.compile(
+    rf"(?:\b(?:{_MONTHS}|{_WEEKDAYS}|week|month|day|year)\.?,?\s*\**\s*|第\s*)$", re.I
+)
+# Words that give a time without a figure: a weekday, a month, "at once".
+_TIME_WORDS = re.compile(
+    rf"\b(?:{_MONTHS}|{_WEEKDAYS}|immediately|at once|right away|midnight|noon)\b|"
+    r"(?:星期|周|礼拜)[一二三四五六日天]|[一二三四五六七八九十]+月|立即|立刻|马上|当天|次日|月底|年底|"
+    r"月末|年末|中午|午夜",
+    re.I,
+)
+_CLOCK = re.compile(r"\d{1,2}:\d{2}")
+_MONEY_AFTER = re.compile(
+    r"\s*\**\s*(?:eur\b|euros?\b|€|元|块|万元|千元|yuan\b|rmb\b|cny\b|usd\b|\$)", re.I
+)
+_MONEY_BEFORE = re.compile(r"(?:\beur|€|¥|￥|\brmb|\bcny|\busd|\$)\s*\**\s*$", re.I)
+_PERCENT_AFTER = re.compile(r"\s*(?:%|％|percent\b|per cent\b)", re.I)
+_NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*")
+
+
+def _normal(text: str) -> str:
+    return unicodedata.normalize("NFKC", text)
+
+
+def asked_kind(question: str) -> str | None:
+    """The kind of figure `question` asks for, or None when its wording does not say."""
+    text = _normal(question)
+    for kind, pattern in ((TIME, _ASKS_TIME), (PERCENT, _ASKS_PERCENT), (MONEY, _ASKS_MONEY)):
+        if pattern.search(text):
+            return kind
+    return None
+
+
+def figure_kinds(text: str) -> dict[str, set[str]]:
+    """Each figure of `text` as written (NFKC) -> the kinds the words around it give it."""
+    text = _normal(text)
+    out: dict[str, set[str]] = {}
+    for match in _NUMBER.finditer(text):
+        before, after = text[max(0, match.start() - 12) : match.start()], text[match.end() :]
+        kinds: set[str] = set()
+        if _MONEY_BEFORE.search(before) or _MONEY_AFTER.match(after):
+            kinds.add(MONEY)
+        elif _PERCENT_AFTER.match(after):
+            kinds.add(PERCENT)
+        elif (
+            _CLOCK.fullmatch(match.group(0))
+            or _TIME_AFTER.match(after)
+            or _TIME_BEFORE.search(before)
+        ):
+            kinds.add(TIME)
+        out.setdefault(match.group(0), set()).update(kinds)
+    return out
+
+
+def answers(asked: str, kinds: Iterable[str]) -> bool:
+    """Whether a figure of `kinds` can answer a question asking for `asked` (an amount may be
+    given as a share: "the company pays 70%")."""
+    fitting = {asked, PERCENT} if asked == MONEY else {asked}
+    return bool(fitting & set(kinds))
+
+
+def gives(asked: str, reply: str) -> bool:
+    """Whether `reply` says something of the kind `asked` for: a figure of that kind, or, for
+    a time, a weekday, a month or "at once"."""
+    text = _normal(reply)
+    if any(answers(asked, kinds) for kinds in figure_kinds(text).values()):
+        return True
+    return asked == TIME and bool(_TIME_WORDS.search(text))
+
+
+def mismatched(question: str, reply: str, written: Iterable[str]) -> dict[str, str]:
+    """Of the reply's figures `written` (as the reply writes them), those of another kind than
+    the question asks for -> their kind; empty when the question's kind is unknown or some
+    figure of the reply is of that kind (the reply answers it, and may say more)."""
+    asked = asked_kind(question)
+    if asked is None:
+        return {}
+    if gives(asked, reply):
+        return {}
+    kinds = figure_kinds(reply)
+    out: dict[str, str] = {}
+    for figure in written:
+        known = kinds.get(_normal(figure), set())
+        if known:
+            out[figure] = sorted(known)[0]
+    return out

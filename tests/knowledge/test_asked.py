@@ -1,0 +1,71 @@
+"""What kind of figure a question asks for, and what kind a reply's figure is (knowledge.asked):
+pure functions, English and Chinese."""
+
+from __future__ import annotations
+
+import pytest
+
+from knowledge import asked
+from knowledge.asked import MONEY, PERCENT, TIME
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        ("How soon do I have to report a lost phone?", TIME),
+        ("By when must my report be approved?", TIME),
+        ("I've worked here four years. How much holiday do I get?", TIME),
+        ("How much paid time off do I get when my grandmother dies?", TIME),
+        ("On which weekday are expense reports paid out?", TIME),
+        ("And when is closing planned?", TIME),
+        ("那门禁卡丢了要多久之内报告？", TIME),
+        ("夏季高温补贴是哪几个月发？", TIME),
+        ("门禁卡丢了，补一张要交多少钱？", MONEY),
+        ("How much does the company pay towards a gym membership?", MONEY),
+        ("What percentage of my salary goes into the pension?", PERCENT),
+        ("牙科报销比例是多少？", PERCENT),
+        ("What is the hostname of the company VPN?", None),
+        ("Which client software do I need?", None),
+        ("Write a note to my team about when the office closes.", None),
+    ],
+)
+def test_a_question_asks_for_a_kind_only_where_its_wording_says_so(question, kind):
+    assert asked.asked_kind(question) == kind
+
+
+def test_a_figure_takes_its_kind_from_the_words_around_it():
+    kinds = asked.figure_kinds(
+        "EUR 48 a day, 50 元, 70%, within 24 hours, 3 天, by the 7th working day, week 6, "
+        "at 09:00, 31 March, extension 4444"
+    )
+    assert kinds == {
+        "48": {MONEY},
+        "50": {MONEY},
+        "70": {PERCENT},
+        "24": {TIME},
+        "3": {TIME},
+        "7": {TIME},
+        "6": {TIME},
+        "09:00": {TIME},
+        "31": {TIME},
+        "4444": set(),
+    }
+
+
+def test_a_time_can_be_given_by_a_weekday_a_month_or_at_once_and_an_amount_by_a_share():
+    assert asked.gives(TIME, "They are paid out on Thursday.")
+    assert asked.gives(TIME, "每周二中午前审批。")
+    assert asked.gives(TIME, "Report it at once.")
+    assert not asked.gives(TIME, "By the end of the leave year.")
+    assert asked.gives(MONEY, "The company pays 70% of it.")
+    assert not asked.gives(PERCENT, "It costs EUR 40.")
+
+
+def test_a_figure_of_another_kind_is_a_mismatch_only_when_nothing_answers_the_kind_asked():
+    question = "那门禁卡丢了要多久之内报告？"
+    assert asked.mismatched(question, "补一张要交的工本费 50 元。", ["50"]) == {"50": MONEY}
+    # A reply that gives the time may say more: the fee is not a mismatch then.
+    assert asked.mismatched(question, "24 小时内报告；补卡 50 元。", ["24", "50"]) == {}
+    # A figure of no known kind is never one; nor is anything when the kind asked is unknown.
+    assert asked.mismatched(question, "拨分机 8000。", ["8000"]) == {}
+    assert asked.mismatched("Who approves it?", "EUR 50.", ["50"]) == {}
