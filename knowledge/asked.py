@@ -63,13 +63,25 @@ _TIME_AFTER = re.compile(
 _TIME_BEFORE = re.compile(
     rf"(?:\b(?:{_MONTHS}|{_WEEKDAYS}|week|month|day|year)\.?,?\s*\**\s*|第\s*)$", re.I
 )
-# Words that give a time without a figure: a weekday, a month, "at once".
+_UNITS_EN = (
+    r"(?:working |business |calendar |full )?(?:hours?|minutes?|days?|weeks?|months?|years?)"
+)
+_UNITS_ZH = r"(?:个)?(?:小时|分钟|天|日|周|星期|个?月|年|工作日)"
+# Words that give a time without a digit: a weekday, a month, "at once", "the end of the
+# month", a number written out ("six months", "三个月", "半天").
 _TIME_WORDS = re.compile(
     rf"\b(?:{_MONTHS}|{_WEEKDAYS}|immediately|at once|right away|midnight|noon)\b|"
+    r"\b(?:end|start|beginning) of (?:the |each |every )?(?:\w+ )?"
+    r"(?:day|week|month|quarter|year)\b|"
+    r"\b(?:next|same|following) (?:day|week|month|quarter|year|working day|business day)\b|"
+    r"\b(?:an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
+    rf"thirty|forty|fifty|sixty|ninety|hundred|half an?|several|a few) {_UNITS_EN}\b|"
     r"(?:星期|周|礼拜)[一二三四五六日天]|[一二三四五六七八九十]+月|立即|立刻|马上|当天|次日|月底|年底|"
-    r"月末|年末|中午|午夜",
+    rf"月末|年末|月初|年初|中午|午夜|[一二两三四五六七八九十百半]+{_UNITS_ZH}",
     re.I,
 )
+# An amount written out in Chinese numerals (五十元).
+_MONEY_WORDS = re.compile(r"[一二两三四五六七八九十百千万]+\s*(?:元|块)")
 _CLOCK = re.compile(r"\d{1,2}:\d{2}")
 _MONEY_AFTER = re.compile(
     r"\s*\**\s*(?:eur\b|euros?\b|€|元|块|万元|千元|yuan\b|rmb\b|cny\b|usd\b|\$)", re.I
@@ -120,13 +132,21 @@ def answers(asked: str, kinds: Iterable[str]) -> bool:
     return bool(fitting & set(kinds))
 
 
-def gives(asked: str, reply: str) -> bool:
-    """Whether `reply` says something of the kind `asked` for: a figure of that kind, or, for
-    a time, a weekday, a month or "at once"."""
-    text = _normal(reply)
-    if any(answers(asked, kinds) for kinds in figure_kinds(text).values()):
+def gives(asked: str, reply: str, question: str = "") -> bool:
+    """Whether `reply` says something of the kind `asked` for: a figure of that kind, or words
+    that give one without a digit (`_TIME_WORDS`, `_MONEY_WORDS`); what it repeats from
+    `question` ("four full years" in "I've been here four full years. How much holiday…?")
+    gives nothing."""
+    text, asked_text = _normal(reply), _normal(question)
+    repeated = set(figure_kinds(asked_text))
+    kinds = [k for figure, k in figure_kinds(text).items() if figure not in repeated]
+    if any(answers(asked, k) for k in kinds):
         return True
-    return asked == TIME and bool(_TIME_WORDS.search(text))
+    pattern = _TIME_WORDS if asked == TIME else _MONEY_WORDS if asked == MONEY else None
+    if pattern is None:
+        return False
+    said = {m.group(0).lower() for m in pattern.finditer(asked_text)}
+    return any(m.group(0).lower() not in said for m in pattern.finditer(text))
 
 
 def mismatched(question: str, reply: str, written: Iterable[str]) -> dict[str, str]:
@@ -136,7 +156,7 @@ def mismatched(question: str, reply: str, written: Iterable[str]) -> dict[str, s
     asked = asked_kind(question)
     if asked is None:
         return {}
-    if gives(asked, reply):
+    if gives(asked, reply, question):
         return {}
     kinds = figure_kinds(reply)
     out: dict[str, str] = {}

@@ -406,7 +406,7 @@ def evaluate(
         nothing
         and checked.asked is not None
         and not citations.declines(reply)
-        and not asking.gives(checked.asked, reply)
+        and not asking.gives(checked.asked, reply, question)
     ):
         # It names no figure, and what it says gives no time (or amount) where one was asked
         # for: a restated question, "by the end of the leave year" for "31 March".

@@ -56,7 +56,17 @@ def test_a_time_can_be_given_by_a_weekday_a_month_or_at_once_and_an_amount_by_a_
     assert asked.gives(TIME, "They are paid out on Thursday.")
     assert asked.gives(TIME, "每周二中午前审批。")
     assert asked.gives(TIME, "Report it at once.")
-    assert not asked.gives(TIME, "By the end of the leave year.")
+    assert asked.gives(TIME, "Probation lasts six months.")
+    assert asked.gives(TIME, "You get one working day off.")
+    assert asked.gives(TIME, "By the end of the month.")
+    assert asked.gives(TIME, "试用期为三个月，可请半天假。")
+    assert not asked.gives(TIME, "Report it to reception.")
+    assert not asked.gives(TIME, "VPN 连上以后多久会自动断开？")
+    assert asked.gives(MONEY, "补卡收取五十元。")
+    # What the reply repeats from the question gives nothing.
+    question = "I've been here four full years and 2 months. How much holiday do I get?"
+    assert not asked.gives(TIME, "After four full years and 2 months you get more.", question)
+    assert asked.gives(TIME, "After four full years you get 28 days.", question)
     assert asked.gives(MONEY, "The company pays 70% of it.")
     assert not asked.gives(PERCENT, "It costs EUR 40.")
 
