@@ -71,6 +71,7 @@ _UNITS_ZH = r"(?:个)?(?:小时|分钟|天|日|周|星期|个?月|年|工作日)
 # month", a number written out ("six months", "三个月", "半天").
 _TIME_WORDS = re.compile(
     rf"\b(?:{_MONTHS}|{_WEEKDAYS}|immediately|at once|right away|midnight|noon)\b|"
+    r"\b(?:christmas|easter|new year'?s?|whitsun|pentecost)\b|春节|国庆|元旦|中秋|清明|端午|"
     r"\b(?:end|start|beginning) of (?:the |each |every )?(?:\w+ )?"
     r"(?:day|week|month|quarter|year)\b|"
     r"\b(?:next|same|following) (?:day|week|month|quarter|year|working day|business day)\b|"

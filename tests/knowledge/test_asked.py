@@ -59,6 +59,8 @@ def test_a_time_can_be_given_by_a_weekday_a_month_or_at_once_and_an_amount_by_a_
     assert asked.gives(TIME, "Probation lasts six months.")
     assert asked.gives(TIME, "You get one working day off.")
     assert asked.gives(TIME, "By the end of the month.")
+    assert asked.gives(TIME, "Until Christmas Eve.")
+    assert asked.gives(TIME, "春节前两周发放。")
     assert asked.gives(TIME, "试用期为三个月，可请半天假。")
     assert not asked.gives(TIME, "Report it to reception.")
     assert not asked.gives(TIME, "VPN 连上以后多久会自动断开？")
