@@ -25,17 +25,22 @@ _MONTHS = (
     "january|february|march|april|may|june|july|august|september|october|november|december|"
     "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
 )
+_MONTHS_FULL = (
+    "january|february|march|april|may|june|july|august|september|october|november|december"
+)
 _WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 
 # What a question asks for. A time first: "how much paid time off" asks for days, not money.
 _ASKS_TIME = re.compile(
     r"\bhow (?:long|soon|quickly|early|late|far in advance|often)\b|"
     r"\bhow many (?:hours|days|weeks|months|years|minutes|working days|calendar days)\b|"
-    r"\bhow much (?:paid )?(?:time|leave|holiday|vacation|notice)\b|"
+    # "how much holiday pay" asks for money
+    r"\bhow much (?:paid )?(?:time|overtime|leave|holiday|vacation|notice)\b"
+    r"(?!\s*(?:pay|allowance|money|bonus|compensation|payment))|"
+    # "when do I need approval?" often asks for a condition, not a time: not read as one
     r"\bby when\b|\bwhat time\b|\bwhich (?:day|weekday|date|month)\b|\buntil when\b|"
-    r"(?:^|[.?!,]\s*)(?:and )?when (?:is|are|do|does|must|should|will|can|am)\b|"
-    r"多久|多长时间|几天|多少天|几个?小时|多少小时|几周|几个月|几年|几点|什么时候|何时|哪天|哪一天|"
-    r"几号|多少个?工作日|几个工作日|截止到?什么|最晚什么",
+    r"多久|多长时间|几天|多少天|几个?小时|多少小时|几周|几个月|几年|几点|什么时候|何时|哪一?天|"
+    r"多少个?工作日|几个工作日|截止到?什么|最晚什么",
     re.I,
 )
 _ASKS_PERCENT = re.compile(
@@ -44,29 +49,30 @@ _ASKS_PERCENT = re.compile(
     re.I,
 )
 _ASKS_MONEY = re.compile(
-    r"\bhow much\b.*\b(?:cost|costs|price|fee|fees|charge|charged|pay|paid|reimburse\w*|"
-    r"allowance|subsidy|budget|spend|worth|salary|eur|euros?|yuan|rmb)\b|"
+    r"\bhow much\b[^.?!。？！]{0,80}?\b(?:cost|costs|price|fee|fees|charge|charged|pay|paid|"
+    r"reimburse\w*|allowance|subsidy|budget|spend|worth|salary|eur|euros?|yuan|rmb)\b|"
     r"\b(?:what|how much) (?:is|are) the (?:price|cost|fee|fees|charge)\b|"
     r"多少钱|多少元|几元|多少块|什么价|价格是?多少|价钱|费用是?多少|费是?多少|交多少|"
-    r"补贴多少|报销多少|预算是?多少|多少预算",
+    r"补贴多少(?!次)|报销多少(?!次)|预算是?多少|多少预算",
     re.I,
 )
 
 # A figure's kind, from the words around it in the reply.
 _TIME_AFTER = re.compile(
-    r"(?:st|nd|rd|th)?\s*\**\s*(?:hours?|hrs?\b|h\b|minutes?|mins?\b|days?\b|working days?|"
+    r"(?:st|nd|rd|th)?\s*\**\s*(?:hours?|hrs?\b|h(?![a-z])|minutes?|mins?\b|days?\b|wks?\b|"
+    r"working days?|"
     r"business days?|calendar days?|weeks?|months?|years?|a\.?m\.?|p\.?m\.?|o'clock|"
     rf"(?:{_MONTHS})\b|"
     r"个?小时|分钟|天|日|个?星期|周|个月|月|年|个?工作日|点|号)",
     re.I,
 )
 _TIME_BEFORE = re.compile(
-    rf"(?:\b(?:{_MONTHS}|{_WEEKDAYS}|week|month|day|year)\.?,?\s*\**\s*|第\s*)$", re.I
+    rf"\b(?:{_MONTHS_FULL}|{_WEEKDAYS}|week|month|day|year),?\s*\**\s*$", re.I
 )
 _UNITS_EN = (
     r"(?:working |business |calendar |full )?(?:hours?|minutes?|days?|weeks?|months?|years?)"
 )
-_UNITS_ZH = r"(?:个)?(?:小时|分钟|天|日|周|星期|个?月|年|工作日)"
+_UNITS_ZH = r"(?:个)?(?:小时|分钟|天|日|周|星期|礼拜|个?月|年|工作日)"
 # Words that give a time without a digit: a weekday, a month, "at once", "the end of the
 # month", a number written out ("six months", "三个月", "半天").
 _TIME_WORDS = re.compile(
@@ -74,20 +80,38 @@ _TIME_WORDS = re.compile(
     r"\b(?:christmas|easter|new year'?s?|whitsun|pentecost)\b|春节|国庆|元旦|中秋|清明|端午|"
     r"\b(?:end|start|beginning) of (?:the |each |every )?(?:\w+ )?"
     r"(?:day|week|month|quarter|year)\b|"
-    r"\b(?:next|same|following) (?:day|week|month|quarter|year|working day|business day)\b|"
+    r"\b(?:next|same|following|every|each|per) (?:\w+ )?"
+    r"(?:day|week|month|quarter|year|working day|business day|morning|evening)\b|"
+    r"\b(?:daily|weekly|monthly|quarterly|yearly|annually|biweekly|fortnightly|fortnight|"
+    r"tomorrow|today|tonight|asap|eod|whenever)\b|"
+    rf"\b(?:{_WEEKDAYS})s\b|"
+    r"\b(?:mon|tue|wed|thu|fri|sat|sun)\s*[-–]\s*(?:mon|tue|wed|thu|fri|sat|sun)\b|"
     r"\b(?:an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|"
     rf"thirty|forty|fifty|sixty|ninety|hundred|half an?|several|a few) {_UNITS_EN}\b|"
-    r"(?:星期|周|礼拜)[一二三四五六日天]|[一二三四五六七八九十]+月|立即|立刻|马上|当天|次日|月底|年底|"
+    r"(?:星期|周|礼拜)[一二三四五六日天]|每(?:天|日|周|星期|月|年|季度?)|按(?:天|日|周|月|年|季度?)|"
+    r"[次下上本]个?(?:月|周|年|季度)|周末|(?:上午|下午|早上|晚上|中午|凌晨)[一二两三四五六七八九十]+点|"
+    r"[一二三四五六七八九十]+月|立即|立刻|马上|当天|次日|月底|年底|"
     rf"月末|年末|月初|年初|中午|午夜|[一二两三四五六七八九十百半]+{_UNITS_ZH}",
     re.I,
 )
-# An amount written out in Chinese numerals (五十元).
-_MONEY_WORDS = re.compile(r"[一二两三四五六七八九十百千万]+\s*(?:元|块)")
-_CLOCK = re.compile(r"\d{1,2}:\d{2}")
-_MONEY_AFTER = re.compile(
-    r"\s*\**\s*(?:eur\b|euros?\b|€|元|块|万元|千元|yuan\b|rmb\b|cny\b|usd\b|\$)", re.I
+# An amount written out in Chinese numerals (五十元), or a share of one: free, in full, half.
+_MONEY_WORDS = re.compile(
+    r"[一二两三四五六七八九十百千万]+\s*(?:元|块)|\b(?:free|no charge|at no cost|in full|half)\b|"
+    r"免费|全额|一半|百分之[一二三四五六七八九十百]+|[一二三四五六七八九]成",
+    re.I,
 )
-_MONEY_BEFORE = re.compile(r"(?:\beur|€|¥|￥|\brmb|\bcny|\busd|\$)\s*\**\s*$", re.I)
+# A clock time, alone or in a range (09:00-18:00), or a date (2025-03-31, 31.03.2025, 3/31).
+_CLOCK_OR_DATE = re.compile(
+    r"\d{1,2}:\d{2}|\d{4}-\d{1,2}-\d{1,2}|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{1,2}/\d{1,2}(?:/\d{2,4})?"
+)
+_MONEY_AFTER = re.compile(
+    r"k?\s*\**\s*(?:eur\b|euros?\b|€|元|块|万元|千元|yuan\b|rmb\b|cny\b|usd\b|gbp\b|chf\b|"
+    r"dollars?\b|pounds?\b|\$|£)",
+    re.I,
+)
+_MONEY_BEFORE = re.compile(
+    r"(?:\beur|€|¥|￥|\brmb|\bcny|\busd|\bgbp|\bchf|\$|£|人民币)\s*\**\s*$", re.I
+)
 _PERCENT_AFTER = re.compile(r"\s*(?:%|％|percent\b|per cent\b)", re.I)
 _NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*")
 
@@ -117,7 +141,7 @@ def figure_kinds(text: str) -> dict[str, set[str]]:
         elif _PERCENT_AFTER.match(after):
             kinds.add(PERCENT)
         elif (
-            _CLOCK.fullmatch(match.group(0))
+            _CLOCK_OR_DATE.search(match.group(0))
             or _TIME_AFTER.match(after)
             or _TIME_BEFORE.search(before)
         ):
@@ -143,7 +167,7 @@ def gives(asked: str, reply: str, question: str = "") -> bool:
     kinds = [k for figure, k in figure_kinds(text).items() if figure not in repeated]
     if any(answers(asked, k) for k in kinds):
         return True
-    pattern = _TIME_WORDS if asked == TIME else _MONEY_WORDS if asked == MONEY else None
+    pattern = _TIME_WORDS if asked == TIME else _MONEY_WORDS
     if pattern is None:
         return False
     said = {m.group(0).lower() for m in pattern.finditer(asked_text)}
@@ -152,17 +176,17 @@ def gives(asked: str, reply: str, question: str = "") -> bool:
 
 def mismatched(question: str, reply: str, written: Iterable[str]) -> dict[str, str]:
     """Of the reply's figures `written` (as the reply writes them), those of another kind than
-    the question asks for -> their kind; empty when the question's kind is unknown or some
-    figure of the reply is of that kind (the reply answers it, and may say more)."""
+    the question asks for -> their kind; empty when the question's kind is unknown, when the
+    reply gives something of that kind (it answers, and may say more) or when one of `written`
+    has no kind (it may be the answer, written in a way not read here: "9-17", "Q1")."""
     asked = asked_kind(question)
-    if asked is None:
-        return {}
-    if gives(asked, reply, question):
+    if asked is None or gives(asked, reply, question):
         return {}
     kinds = figure_kinds(reply)
     out: dict[str, str] = {}
     for figure in written:
         known = kinds.get(_normal(figure), set())
-        if known:
-            out[figure] = sorted(known)[0]
+        if not known:
+            return {}
+        out[figure] = sorted(known)[0]
     return out

@@ -17,14 +17,19 @@ from knowledge.asked import MONEY, PERCENT, TIME
         ("I've worked here four years. How much holiday do I get?", TIME),
         ("How much paid time off do I get when my grandmother dies?", TIME),
         ("On which weekday are expense reports paid out?", TIME),
-        ("And when is closing planned?", TIME),
+        ("How much overtime can I work before I get paid extra?", TIME),
         ("那门禁卡丢了要多久之内报告？", TIME),
         ("夏季高温补贴是哪几个月发？", TIME),
         ("门禁卡丢了，补一张要交多少钱？", MONEY),
         ("How much does the company pay towards a gym membership?", MONEY),
         ("What percentage of my salary goes into the pension?", PERCENT),
         ("牙科报销比例是多少？", PERCENT),
+        ("How much holiday pay do I get?", MONEY),
         ("What is the hostname of the company VPN?", None),
+        # "when" often asks for a condition; 几号 for a building, a line, an extension.
+        ("When do I need approval for travel?", None),
+        ("几号线地铁到公司？", None),
+        ("一年能报销多少次体检费？", None),
         ("Which client software do I need?", None),
         ("Write a note to my team about when the office closes.", None),
     ],
@@ -50,6 +55,16 @@ def test_a_figure_takes_its_kind_from_the_words_around_it():
         "31": {TIME},
         "4444": set(),
     }
+    kinds = asked.figure_kinds("09:00-18:00, 31.03.2025, 48h内, £50, 1.5k EUR, 第3条, 9-17")
+    assert kinds == {
+        "09:00-18:00": {TIME},
+        "31.03.2025": {TIME},
+        "48": {TIME},
+        "50": {MONEY},
+        "1.5": {MONEY},
+        "3": set(),
+        "9-17": set(),
+    }
 
 
 def test_a_time_can_be_given_by_a_weekday_a_month_or_at_once_and_an_amount_by_a_share():
@@ -60,6 +75,11 @@ def test_a_time_can_be_given_by_a_weekday_a_month_or_at_once_and_an_amount_by_a_
     assert asked.gives(TIME, "You get one working day off.")
     assert asked.gives(TIME, "By the end of the month.")
     assert asked.gives(TIME, "Until Christmas Eve.")
+    times = ["Salaries are paid monthly.", "工资按月发放。", "On Tuesdays.", "Mon-Fri.", "下午五点"]
+    for reply in times:
+        assert asked.gives(TIME, reply), reply
+    for reply in ["Parking is free for employees.", "全额报销。", "The company covers half."]:
+        assert asked.gives(MONEY, reply), reply
     assert asked.gives(TIME, "春节前两周发放。")
     assert asked.gives(TIME, "试用期为三个月，可请半天假。")
     assert not asked.gives(TIME, "Report it to reception.")
@@ -80,4 +100,7 @@ def test_a_figure_of_another_kind_is_a_mismatch_only_when_nothing_answers_the_ki
     assert asked.mismatched(question, "24 小时内报告；补卡 50 元。", ["24", "50"]) == {}
     # A figure of no known kind is never one; nor is anything when the kind asked is unknown.
     assert asked.mismatched(question, "拨分机 8000。", ["8000"]) == {}
+    # Nor when another figure has no kind: it may be the answer ("9-17").
+    office = "What time does the office open?"
+    assert asked.mismatched(office, "Office hours are 9-17; parking is EUR 5.", ["9-17", "5"]) == {}
     assert asked.mismatched("Who approves it?", "EUR 50.", ["50"]) == {}
