@@ -32,7 +32,8 @@ _WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 
 # What a question asks for. A time first: "how much paid time off" asks for days, not money.
 _ASKS_TIME = re.compile(
-    r"\bhow (?:long|soon|quickly|early|late|far in advance|often)\b|"
+    # "how often" is left out: "never", "only when it was exposed" answer it
+    r"\bhow (?:long|soon|quickly|early|late|far in advance)\b|"
     r"\bhow many (?:hours|days|weeks|months|years|minutes|working days|calendar days)\b|"
     # "how much holiday pay" asks for money
     r"\bhow much (?:paid )?(?:time|overtime|leave|holiday|vacation|notice)\b"
@@ -155,6 +156,20 @@ def answers(asked: str, kinds: Iterable[str]) -> bool:
     given as a share: "the company pays 70%")."""
     fitting = {asked, PERCENT} if asked == MONEY else {asked}
     return bool(fitting & set(kinds))
+
+
+# A reply that answers by a negation or a condition ("you need not", "only if it was exposed",
+# "无需") may give no figure and still answer: it is not said to give none.
+_NEGATION_OR_CONDITION = re.compile(
+    r"\b(?:never|not|no|none|don't|doesn't|needn't|only when|only if|whenever|unless)\b|"
+    r"不|无需|无须|没有|只有|仅在|如果|除非",
+    re.I,
+)
+
+
+def answers_otherwise(reply: str) -> bool:
+    """Whether `reply` answers by a negation or a condition (`_NEGATION_OR_CONDITION`)."""
+    return bool(_NEGATION_OR_CONDITION.search(_normal(reply)))
 
 
 def gives(asked: str, reply: str, question: str = "") -> bool:

@@ -407,6 +407,7 @@ def evaluate(
         and checked.asked is not None
         and not citations.declines(reply)
         and not asking.gives(checked.asked, reply, question)
+        and not asking.answers_otherwise(reply)
     ):
         # It names no figure, and what it says gives no time (or amount) where one was asked
         # for: a restated question, "by the end of the leave year" for "31 March".

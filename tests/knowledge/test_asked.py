@@ -84,6 +84,11 @@ def test_a_time_can_be_given_by_a_weekday_a_month_or_at_once_and_an_amount_by_a_
     assert asked.gives(TIME, "试用期为三个月，可请半天假。")
     assert not asked.gives(TIME, "Report it to reception.")
     assert not asked.gives(TIME, "VPN 连上以后多久会自动断开？")
+    # A negation or a condition answers without a figure: never said to give none.
+    assert asked.answers_otherwise("Change it only when you suspect it was exposed.")
+    assert asked.answers_otherwise("无需报告。")
+    assert not asked.answers_otherwise("VPN 连上以后多久会自动断开？")
+    assert asked.asked_kind("And how often do I have to change it?") is None
     assert asked.gives(MONEY, "补卡收取五十元。")
     # What the reply repeats from the question gives nothing.
     question = "I've been here four full years and 2 months. How much holiday do I get?"
