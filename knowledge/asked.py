@@ -114,7 +114,8 @@ _MONEY_BEFORE = re.compile(
     r"(?:\beur|€|¥|￥|\brmb|\bcny|\busd|\bgbp|\bchf|\$|£|人民币)\s*\**\s*$", re.I
 )
 _PERCENT_AFTER = re.compile(r"\s*(?:%|％|percent\b|per cent\b)", re.I)
-_NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*")
+# A figure written with digits: "28", "1,200", "9:30", "31.03.2025", "9-17" (also evidence's).
+NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*")
 
 
 def _normal(text: str) -> str:
@@ -134,7 +135,7 @@ def figure_kinds(text: str) -> dict[str, set[str]]:
     """Each figure of `text` as written (NFKC) -> the kinds the words around it give it."""
     text = _normal(text)
     out: dict[str, set[str]] = {}
-    for match in _NUMBER.finditer(text):
+    for match in NUMBER.finditer(text):
         before, after = text[max(0, match.start() - 12) : match.start()], text[match.end() :]
         kinds: set[str] = set()
         if _MONEY_BEFORE.search(before) or _MONEY_AFTER.match(after):
@@ -189,12 +190,15 @@ def gives(asked: str, reply: str, question: str = "") -> bool:
     return any(m.group(0).lower() not in said for m in pattern.finditer(text))
 
 
-def mismatched(question: str, reply: str, written: Iterable[str]) -> dict[str, str]:
+def mismatched(
+    question: str, reply: str, written: Iterable[str], *, asked: str | None = None
+) -> dict[str, str]:
     """Of the reply's figures `written` (as the reply writes them), those of another kind than
     the question asks for -> their kind; empty when the question's kind is unknown, when the
     reply gives something of that kind (it answers, and may say more) or when one of `written`
-    has no kind (it may be the answer, written in a way not read here: "9-17", "Q1")."""
-    asked = asked_kind(question)
+    has no kind (it may be the answer, written in a way not read here: "9-17", "Q1"). `asked`:
+    the question's kind when the caller has it already."""
+    asked = asked or asked_kind(question)
     if asked is None or gives(asked, reply, question):
         return {}
     kinds = figure_kinds(reply)

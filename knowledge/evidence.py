@@ -88,7 +88,6 @@ def sentences(number: int, text: str, context: str = "") -> list[Sentence]:
 FIGURE = "figure"
 NAME = "name"
 
-_NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*")
 _CN_DIGITS = dict(zip("零一二两三四五六七八九", (0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9), strict=True))
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
 # A run of Chinese numerals counts as a figure when a measure follows it (十四天, 两小时, 三个月)
@@ -165,7 +164,7 @@ def figure_parts(key: str) -> list[str]:
 def figures(text: str) -> list[tuple[str, str]]:
     """(key, as written) for each figure of `text`, Chinese numerals included (十四 → 14)."""
     text = unicodedata.normalize("NFKC", text).translate(_DASHES)
-    out = [(figure_key(m.group(0)), m.group(0)) for m in _NUMBER.finditer(text)]
+    out = [(figure_key(m.group(0)), m.group(0)) for m in asking.NUMBER.finditer(text)]
     for match in _CN_NUMBER.finditer(text):
         value = _cn_value(match.group(0))
         if value is not None:
@@ -596,15 +595,18 @@ def check(
         for c in claims(reply, question, is_common)
         if c.kind != NAME or not set(words(c.text)) <= titles
     ]
+    kind = asking.asked_kind(question)
     if not found:
-        return Check(
-            NOTHING_TO_CHECK, closest=closest, absent=absent, asked=asking.asked_kind(question)
-        )
+        return Check(NOTHING_TO_CHECK, closest=closest, absent=absent, asked=kind)
     keys = [sentence_keys(s) for s in all_sentences]
-    result = Check(SUPPORTED, closest=closest, absent=absent, asked=asking.asked_kind(question))
+    result = Check(SUPPORTED, closest=closest, absent=absent, asked=kind)
     # Figures of another kind than asked for, when none of the reply's is of that kind.
-    wrong_kind = asking.mismatched(
-        question, without_marks(reply), [c.text for c in found if c.kind == FIGURE]
+    wrong_kind = (
+        asking.mismatched(
+            question, without_marks(reply), [c.text for c in found if c.kind == FIGURE], asked=kind
+        )
+        if kind
+        else {}
     )
     chosen: dict[int, Sentence] = {}
     presence_ = presence or lexical_presence(subject_)
