@@ -53,6 +53,9 @@ _ASKS_MONEY = re.compile(
     r"\bhow much\b[^.?!。？！]{0,80}?\b(?:cost|costs|price|fee|fees|charge|charged|pay|paid|"
     r"reimburse\w*|allowance|subsidy|budget|spend|worth|salary|eur|euros?|yuan|rmb)\b|"
     r"\b(?:what|how much) (?:is|are) the (?:price|cost|fee|fees|charge)\b|"
+    # a threshold: "above what registration fee…", "over what cost per course…"
+    r"\b(?:above|over|below|under|beyond|exceeding|up to) (?:what|which) (?:\w+ ){0,2}"
+    r"(?:fee|fees|cost|costs|price|amount|sum|value|spend|budget)\b|"
     r"多少钱|多少元|几元|多少块|什么价|价格是?多少|价钱|费用是?多少|费是?多少|交多少|"
     r"补贴多少(?!次)|报销多少(?!次)|预算是?多少|多少预算",
     re.I,

@@ -261,6 +261,7 @@ GENERIC = frozenset(
     rule rules policy policies allowed allow may able new old first last next
     one two three four five
     eur euro euros usd yuan rmb cny dollar dollars
+    hostname hostnames url urls
     what's who's where's when's how's i'm i've i'd i'll we're
     towards toward until during under within without between after before against via
     多少 几 几天 多久 多长 什么 时候 哪里 哪儿 怎么办 规定 员工 公司 可以 需要 允许
@@ -340,6 +341,10 @@ class Subject:
     # nouns and names, not the words a follow-up took from its predecessor nor verbs and
     # measure words ("how soon", "最晚", "上报"), which a passage words differently.
     core: frozenset[str] | None = None
+    # The terms a follow-up that points back ("request that", "change it") took from the
+    # question before it: what it is still about. A passage about it speaks of them
+    # (`speaks_of_carried`).
+    carried: frozenset[str] = frozenset()
 
     @property
     def total(self) -> float:
@@ -369,6 +374,14 @@ class Subject:
         lacking = sum(self.terms[t] for t in strong if t not in present)
         return lacking <= missing * sum(self.terms[t] for t in strong)
 
+    def speaks_of_carried(self, present: Collection[str], share: float) -> bool:
+        """Whether a passage holding the terms `present` speaks of the carried terms that weigh
+        at least `share` of the strongest of them."""
+        if not self.carried:
+            return True
+        top = max(self.terms.get(t, 0.0) for t in self.carried)
+        return all(t in present for t in self.carried if self.terms.get(t, 0.0) >= share * top)
+
     def strong(self, share: float) -> set[str]:
         """The terms that weigh at least `share` of the strongest one: what a sentence must
         speak of to be about the question (Hamburg in "the Wi-Fi range at our Hamburg office")."""
@@ -397,14 +410,23 @@ def lexical_presence(subject_: Subject) -> Presence:
         out = []
         codes = [t for t in subject_.terms if _CODE_TERM.fullmatch(t) and not t.isalpha()]
         codes += [t for t in subject_.terms if len(t) == 1 and t.isalpha()]
+        acronyms = [t for t in subject_.terms if 2 <= len(t) <= 4 and t.isascii() and t.isalpha()]
         for sentence in sentences_:
             held = {_stem(w) for w in words(sentence.context) + words(sentence.text)}
             found = {t for t in subject_.terms if _stem(t) in held and t not in codes}
             text = f"{sentence.context}\n{sentence.text}"
-            out.append(found | {t for t in codes if _held_code(t, text)})
+            found |= {t for t in codes if _held_code(t, text)}
+            out.append(found | {t for t in acronyms if t not in found and _spelt_out(t, text)})
         return out
 
     return present
+
+
+def _spelt_out(acronym: str, text: str) -> bool:
+    """Whether `text` spells `acronym` out in capitalised words: "EU" in "the European Union",
+    "HR" in "Human Resources"."""
+    pattern = r"\s+(?:(?:of|and|for|the|&)\s+)?".join(rf"{c.upper()}[a-z]+" for c in acronym)
+    return re.search(rf"\b{pattern}\b", text) is not None
 
 
 # --- the check ------------------------------------------------------------------------------
@@ -422,6 +444,9 @@ ABOUT_SIMILARITY = 0.45
 # of the strongest one, and of all but this share of their weight (`Subject.spoken_of`).
 STRONG_SHARE = 0.5
 STRONG_MISSING = 0.25
+# A reply sentence that holds a passage's sentence of at least this many words word for word
+# reads the passage out (`_copied`).
+COPIED_WORDS = 3
 
 
 Similarity = Callable[[Sequence[Sentence]], Sequence[float]]
@@ -539,6 +564,28 @@ def other_cell(
     )
 
 
+def _speaking(
+    held: Mapping[int, set[str]], subject_: Subject, thresholds: Thresholds
+) -> dict[int, bool]:
+    """Passage number -> whether its sentences together (`held`: the subject's terms each
+    passage holds) speak of the subject, as `Subject.spoken_of` asks of one sentence, and cover
+    enough of it."""
+    return {
+        number: subject_.spoken_of(terms, thresholds.strong_share, thresholds.strong_missing)
+        and subject_.covered_by(terms) >= thresholds.coverage
+        for number, terms in held.items()
+    }
+
+
+def _copied(said: Sentence, source: Sentence) -> bool:
+    """Whether the reply's sentence `said` holds the passage's sentence `source` whole, word
+    for word (a sentence of `COPIED_WORDS` words or more): the model read it out."""
+    words_ = words(source.text)
+    if len(words_) < COPIED_WORDS:
+        return False
+    return f" {' '.join(words_)} " in f" {' '.join(words(said.text))} "
+
+
 def _continues(before: Sentence, after: Sentence) -> bool:
     """Whether `after` is the clause that follows `before` after a "；" in the same line."""
     return (
@@ -546,6 +593,33 @@ def _continues(before: Sentence, after: Sentence) -> bool:
         and before.text.endswith(("；", ";"))
         and 0 <= after.start - before.end <= 1
     )
+
+
+def _beside_about(
+    sentences_: Sequence[Sentence],
+    about: Sequence[bool],
+    speaks: Mapping[int, bool],
+) -> list[bool]:
+    """Which sentences, not about the question themselves, stand next to one that is, in a
+    passage that `speaks` of the subject (`_speaking`): a passage says what it is
+    about once ("…a phishing email you clicked…") and gives the figure in the next sentence
+    ("Report every suspected incident within 2 hours"). Not a table's row, nor beside one: a
+    row says what it is about in its own cells, and the rows around the one asked about hold
+    the other cases' figures (a wedding's 2 days beside a grandparent's 1 day)."""
+    rows = [cells(s.text) is not None for s in sentences_]
+    out = []
+    for i, sentence in enumerate(sentences_):
+        neighbours = [j for j in (i - 1, i + 1) if 0 <= j < len(sentences_)]
+        out.append(
+            not about[i]
+            and not rows[i]
+            and speaks[sentence.number]
+            and any(
+                about[j] and not rows[j] and sentences_[j].number == sentence.number
+                for j in neighbours
+            )
+        )
+    return out
 
 
 def is_about(score: tuple[float, float], thresholds: Thresholds) -> bool:
@@ -581,6 +655,19 @@ def check(
     for i in range(1, len(all_sentences)):
         if not about[i] and about[i - 1] and _continues(all_sentences[i - 1], all_sentences[i]):
             about[i] = True
+    held: dict[int, set[str]] = {}  # the subject's terms each passage holds
+    for sentence, terms in zip(all_sentences, present, strict=True):
+        held.setdefault(sentence.number, set()).update(terms)
+    # A follow-up that points back is about its predecessor's subject too: a sentence in a
+    # passage that never speaks of it ("Request it at least 3 months before…" of a sabbatical,
+    # for "request that" after working from the EU) is not about it.
+    for i, sentence in enumerate(all_sentences):
+        if about[i] and not subject_.speaks_of_carried(
+            held[sentence.number], thresholds.strong_share
+        ):
+            about[i] = False
+    speaks = _speaking(held, subject_, thresholds)
+    beside = _beside_about(all_sentences, about, speaks)
     closest = None
     if all_sentences:
         best = max(range(len(all_sentences)), key=lambda i: (scores[i][0] + scores[i][1], -i))
@@ -610,6 +697,7 @@ def check(
     )
     chosen: dict[int, Sentence] = {}
     presence_ = presence or lexical_presence(subject_)
+    said = sentences(0, without_marks(reply))
     for claim in found:
         holding = [i for i, s in enumerate(all_sentences) if holds(s, claim, keys[i])]
         good = [
@@ -617,6 +705,36 @@ def check(
             for i in holding
             if about[i] and not other_cell(all_sentences[i], claim, presence_, subject_.core)
         ]
+        if not good and kind is not None and claim.kind == FIGURE:
+            # A figure of a sentence that gives what is asked for (a time, an amount), next to a
+            # sentence about the question, in a passage that speaks of it: "Report every
+            # suspected incident within 2 hours" after the one that names the phishing email.
+            good = [
+                i
+                for i in holding
+                if beside[i]
+                and asking.gives(kind, all_sentences[i].text)
+                and not other_cell(all_sentences[i], claim, presence_, subject_.core)
+            ]
+        if not good:
+            # A sentence the reply copies word for word, from a passage about the question: the
+            # password rules read out in full, not only the line asked about. Only where every
+            # sentence of the reply that states it is such a copy: a conclusion drawn after the
+            # rows read out ("so you get 2 days") is the model's own.
+            sources = [
+                i
+                for i in holding
+                if speaks[all_sentences[i].number]
+                and subject_.speaks_of_carried(
+                    held[all_sentences[i].number], thresholds.strong_share
+                )
+            ]
+            stating = [r for r in said if holds(r, claim)]
+            good = [i for i in sources if any(_copied(r, all_sentences[i]) for r in stating)]
+            if not stating or not all(
+                any(_copied(r, all_sentences[i]) for i in sources) for r in stating
+            ):
+                good = []
         if not good:
             result.unsupported.append(claim)
             continue
@@ -631,6 +749,12 @@ def check(
         if pick is None:
             pick = max(good, key=lambda i: (scores[i][0] + scores[i][1], -i))
         chosen[pick] = all_sentences[pick]
+    if result.supported:
+        # A sentence about the question that the reply reads out is what it rests on, figures
+        # or not ("No forced periodic change: change your password only when…").
+        for i, sentence in enumerate(all_sentences):
+            if about[i] and any(_copied(r, sentence) for r in said):
+                chosen.setdefault(i, sentence)
     if result.unsupported:
         result.verdict = UNSUPPORTED
     for index in sorted(chosen):

@@ -40,6 +40,15 @@ _ONE = re.compile(
     r"\bone(?=\s*(?:[?.!,;:]|$)|\s+(?:for|of|in|with|that|which|at|on|to|is|are)\b)",
     re.IGNORECASE,
 )
+# Pronouns that stand for what the question before was about ("request that", "change it",
+# "use them"), as against words that bring a new case in ("And for Amsterdam instead?", "那 L2
+# 内部级的呢？").
+_POINTERS = frozenset(
+    """
+    it its it's they them their that this these those
+    它 它们 其 该 上述 这个 那个 这些 那些
+    """.split()  # noqa: SIM905 - a word list reads best as words
+)
 # A question with at most this many subject words of its own leans on the one before it.
 SHORT = 2
 
@@ -51,6 +60,12 @@ def is_marked(question: str) -> bool:
     if _OPENERS.search(question) or _ONE.search(question):
         return True
     return any(w in _ANAPHORA for w in words(question))
+
+
+def points_back(question: str) -> bool:
+    """Whether `question` names what it asks about by a pronoun (`_POINTERS`): it is still
+    about what the question before it was about."""
+    return any(w in _POINTERS for w in words(question))
 
 
 def is_follow_up(question: str) -> bool:

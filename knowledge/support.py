@@ -176,7 +176,13 @@ def subject_of(
         weights[term] = weight * (0.5 if term in inherited else 1.0)
     nouns = _chinese_nouns(question)
     core = frozenset(t for t in terms if t not in inherited and _names(t, question, nouns))
-    return evidence.Subject(weights, core)
+    # "How far in advance do I have to request that?": still about working from the EU.
+    carried = (
+        frozenset(t for t in terms if t in inherited and _names(t, question, nouns))
+        if followups.points_back(question)
+        else frozenset()
+    )
+    return evidence.Subject(weights, core, carried)
 
 
 def _names(term: str, question: str, chinese_nouns: Sequence[str]) -> bool:
@@ -228,7 +234,9 @@ def presence(subject: evidence.Subject) -> evidence.Presence:
 
     def present(sentences: Sequence[evidence.Sentence]) -> list[set[str]]:
         found = lexical(sentences)
-        terms = list(subject.terms)
+        # A word of two or three Latin letters (EU, HR, PC) is next to nothing to the embedder:
+        # it found "EU" in "Request it…". Such a term is looked for as written, or spelt out.
+        terms = [t for t in subject.terms if not (t.isascii() and len(t) <= 3)]
         if not terms or not sentences:
             return found
         per_sentence = [

@@ -25,6 +25,12 @@ from knowledge.asked import MONEY, PERCENT, TIME
         ("What percentage of my salary goes into the pension?", PERCENT),
         ("牙科报销比例是多少？", PERCENT),
         ("How much holiday pay do I get?", MONEY),
+        (
+            "Above what registration fee does a conference need my department head's approval?",
+            MONEY,
+        ),
+        ("Over which amount do I need a second signature?", MONEY),
+        ("Above what level is a document confidential?", None),
         ("What is the hostname of the company VPN?", None),
         # "when" often asks for a condition; 几号 for a building, a line, an extension.
         ("When do I need approval for travel?", None),

@@ -373,3 +373,125 @@ def test_columns_of_different_kinds_or_a_follow_ups_inherited_terms_name_no_colu
     )
     assert [c.text for c in checked.unsupported] == ["5"]
     assert evidence.cells("The cap is EUR 160; in Paris EUR 220.") is None
+
+
+INCIDENTS = (
+    "A security incident is any event that may put our systems at risk: a phishing email you "
+    "clicked, malware warnings, a lost device.\n"
+    "Report every suspected incident within 2 hours of noticing it. Reporting too often is "
+    "never a problem.\n"
+    "Report to the Security Operations Centre on extension 4444."
+)
+
+
+def test_a_figure_of_the_kind_asked_beside_a_sentence_about_the_question_is_supported() -> None:
+    # The passage names the phishing email once, and gives the deadline in the next sentence.
+    question = "I clicked a link in a phishing email. How soon do I have to tell someone?"
+    subject_ = subject_of(question, {"phishing": 3})
+    passages = {1: (INCIDENTS, "IT Security / Reporting incidents")}
+    checked = evidence.check("Within 2 hours of noticing it.", question, passages, subject_)
+    assert checked.verdict == evidence.SUPPORTED
+    assert [s.text for s in checked.quotes[1]] == [
+        "Report every suspected incident within 2 hours of noticing it."
+    ]
+    # Two sentences away it is no longer the same thought, and an extension is no time.
+    checked = evidence.check("Call 4444 at once.", question, passages, subject_)
+    assert [c.text for c in checked.unsupported] == ["4444"]
+    # A passage that never speaks of the strongest term lends its neighbours nothing.
+    other = INCIDENTS.replace("a phishing email you clicked", "an email you clicked")
+    checked = evidence.check(
+        "Within 2 hours of noticing it.", question, {1: (other, "IT / Incidents")}, subject_
+    )
+    assert checked.verdict == evidence.UNSUPPORTED
+
+
+def test_the_rows_around_the_one_asked_about_lend_it_no_figures() -> None:
+    leave = (
+        "Paid special leave is granted for these events:\n"
+        "Event: Your own wedding; Paid days: 2 days\n"
+        "Event: Death of a grandparent; Paid days: 1 day\n"
+        "Event: Moving house; Paid days: 2 days"
+    )
+    question = "My grandparent has died. How many days off do I get?"
+    checked = evidence.check(
+        "You get 2 days.", question, {1: (leave, "Leave / Special leave")}, subject_of(question)
+    )
+    assert [c.text for c in checked.unsupported] == ["2"]
+
+
+def test_an_acronym_is_present_where_a_sentence_spells_it_out() -> None:
+    abroad = "Allowed countries: member states of the European Union and Switzerland."
+    subject_ = subject_of("May I work from an EU country?", {"eu": 3})
+    present = evidence.lexical_presence(subject_)(
+        [evidence.Sentence(1, 0, len(abroad), abroad), evidence.Sentence(1, 0, 9, "Every use.")]
+    )
+    assert "eu" in present[0]
+    assert "eu" not in present[1]
+
+
+def test_a_follow_up_pointing_back_stays_about_the_subject_before_it() -> None:
+    # "request that", after a question about working from the EU: the sabbatical's notice
+    # period is about requests in advance, but not about working from abroad.
+    abroad = (
+        "You may work from another EU country for up to 20 days a year.\n"
+        "Request it at least 4 weeks in advance."
+    )
+    sabbatical = (
+        "A sabbatical is unpaid. Request it in advance, at least 3 months before it starts."
+    )
+    question = "How far in advance do I have to request that? (eu, country)"
+    terms = {"advance": 1.0, "request": 0.6, "eu": 0.7, "country": 0.2}
+    passages = {1: (abroad, "Remote work / Abroad"), 2: (sabbatical, "Leave / Sabbatical")}
+    pointing = Subject(terms, core=frozenset({"advance", "request"}), carried=frozenset({"eu"}))
+    checked = evidence.check("At least 3 months before.", question, passages, pointing)
+    assert [c.text for c in checked.unsupported] == ["3"]
+    checked = evidence.check("At least 4 weeks in advance.", question, passages, pointing)
+    assert checked.verdict == evidence.SUPPORTED
+    assert checked.cited == [1]
+    # Without the pointer ("And for a sabbatical?") the earlier subject is not required.
+    anew = Subject(terms, core=frozenset({"advance", "request"}))
+    checked = evidence.check("At least 3 months before.", question, passages, anew)
+    assert checked.verdict == evidence.SUPPORTED
+    assert checked.cited == [2]
+
+
+PASSWORDS = (
+    "The rules for your Okta password are:\n"
+    "At least 14 characters.\n"
+    "No forced periodic change: change your password only when you suspect it has been exposed.\n"
+    "The last 12 passwords cannot be reused."
+)
+
+
+def test_a_passage_read_out_word_for_word_is_no_invention() -> None:
+    # Asked how often to change it, the model reads the whole list out: its other figures are
+    # the documents' own, and the line about changing it is quoted though it holds no figure.
+    question = "And how often do I have to change it? (password)"
+    subject_ = Subject(
+        {"change": 1.0, "password": 0.5},
+        core=frozenset({"change"}),
+        carried=frozenset({"password"}),
+    )
+    passages = {
+        1: (PASSWORDS, "IT Security / Passwords"),
+        2: ("Special leave: 2 days for a wedding.", "Leave policy / Special leave"),
+    }
+    reply = (
+        "The rules for your Okta password are: At least 14 characters. No forced periodic "
+        "change: change your password only when you suspect it has been exposed. The last 12 "
+        "passwords cannot be reused."
+    )
+    checked = evidence.check(reply, question, passages, subject_)
+    assert checked.verdict == evidence.SUPPORTED
+    assert (
+        "No forced periodic change: change your password only when you suspect it has been exposed."
+        in [s.text for s in checked.quotes[1]]
+    )
+    # A figure the reply also states in words of its own is the model's claim, read out or not.
+    checked = evidence.check(
+        f"{reply} So you must change it every 12 months.", question, passages, subject_
+    )
+    assert [c.text for c in checked.unsupported] == ["12"]
+    # Nor is a sentence copied from a passage that is not about what was asked.
+    checked = evidence.check("Special leave: 2 days for a wedding.", question, passages, subject_)
+    assert [c.text for c in checked.unsupported] == ["2"]

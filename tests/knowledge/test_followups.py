@@ -107,3 +107,11 @@ def test_a_models_own_marker_after_an_unsupported_claim_is_no_citation() -> None
     assert [s["cited"] for s in warned] == [False, True]
     supported = mark_cited(sources, reply, {"verdict": "supported", "quotes": quotes})
     assert [s["cited"] for s in supported] == [True, True]
+
+
+def test_a_follow_up_points_back_by_a_pronoun_not_by_a_new_case() -> None:
+    assert followups.points_back("How far in advance do I have to request that?")
+    assert followups.points_back("And how often do I have to change it?")
+    assert followups.points_back("它的有效期是多久？")
+    assert not followups.points_back("And if the trip is to Amsterdam instead?")
+    assert not followups.points_back("那 L2 内部级的呢？")

@@ -48,3 +48,11 @@ def test_a_code_is_found_by_its_letters_and_not_by_a_neighbour() -> None:
     assert "d" in _present(question, "City class: Class D; Cap per night: EUR 90", "Hotels")
     assert evidence.subject_terms("那 L2 内部级的呢？") == ["内部", "l2"]
     assert "l2" not in _present("那 L2 内部级的呢？", "L3 机密: 合同结束后 5 年")
+
+
+def test_a_short_latin_term_is_found_as_written_or_spelt_out_not_by_the_embedder() -> None:
+    # Two letters are next to nothing to the embedder: it once found "EU" in this sentence.
+    question = "How many days a year may I work from another EU country?"
+    assert "eu" not in _present(question, "Request it at least 4 weeks in advance.")
+    assert "eu" in _present(question, "Allowed: member states of the European Union.")
+    assert "eu" in _present(question, "Working from an EU member state is allowed.")
