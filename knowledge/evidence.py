@@ -261,7 +261,7 @@ GENERIC = frozenset(
     rule rules policy policies allowed allow may able new old first last next
     one two three four five
     eur euro euros usd yuan rmb cny dollar dollars
-    hostname hostnames url urls
+    hostname hostnames url urls weekday weekdays
     what's who's where's when's how's i'm i've i'd i'll we're
     towards toward until during under within without between after before against via
     多少 几 几天 多久 多长 什么 时候 哪里 哪儿 怎么办 规定 员工 公司 可以 需要 允许
@@ -274,11 +274,17 @@ GENERIC = frozenset(
 def _stem(word: str) -> str:
     """Latin-script words compared without their plural or -ly/-ing endings (hotel, hotels;
     nightly, night): enough for a question's subject, which is most often a noun."""
-    if not word.isascii() or len(word) <= 4:
+    if not word.isascii():
         return word
-    for ending in ("ing", "ly", "es", "s"):
+    for ending in ("ing", "ly"):
         if word.endswith(ending) and len(word) - len(ending) >= 4:
             return word[: -len(ending)]
+    # A plural's "s", then a final "e": expense and expenses, tax and taxes, fee and fees all
+    # come to one stem ("class" keeps its "ss").
+    if len(word) >= 4 and word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
+    if len(word) >= 4 and word.endswith("e"):
+        word = word[:-1]
     return word
 
 
@@ -478,6 +484,9 @@ class Check:
     # among `unsupported`.
     mismatched: dict[str, str] = field(default_factory=dict)
     asked: str | None = None  # the kind of figure the question asks for, when it says
+    # For a reply with nothing to check: the sentence about the question that holds the words
+    # it adds to the question ("Thursday", "机密"), its answer in the documents' words.
+    echoed: Sentence | None = None
 
     @property
     def cited(self) -> list[int]:
@@ -586,6 +595,26 @@ def _copied(said: Sentence, source: Sentence) -> bool:
     return f" {' '.join(words_)} " in f" {' '.join(words(said.text))} "
 
 
+def _echoed(
+    reply: str,
+    question: str,
+    sentences_: Sequence[Sentence],
+    about: Sequence[bool],
+    scores: Sequence[tuple[float, float]],
+) -> Sentence | None:
+    """The sentence about the question that holds most of the words `reply` adds to it (stop
+    words aside), the one most about it first; None when no such sentence holds any."""
+    added = set(words(reply)) - set(words(question)) - STOPWORDS
+    best, best_key = None, (0, 0.0)
+    for i, sentence in enumerate(sentences_):
+        if not about[i]:
+            continue
+        key = (len(added & set(words(sentence.text))), scores[i][0] + scores[i][1])
+        if key[0] and key > best_key:
+            best, best_key = sentence, key
+    return best
+
+
 def _continues(before: Sentence, after: Sentence) -> bool:
     """Whether `after` is the clause that follows `before` after a "；" in the same line."""
     return (
@@ -684,7 +713,13 @@ def check(
     ]
     kind = asking.asked_kind(question)
     if not found:
-        return Check(NOTHING_TO_CHECK, closest=closest, absent=absent, asked=kind)
+        return Check(
+            NOTHING_TO_CHECK,
+            closest=closest,
+            absent=absent,
+            asked=kind,
+            echoed=_echoed(reply, question, all_sentences, about, scores),
+        )
     keys = [sentence_keys(s) for s in all_sentences]
     result = Check(SUPPORTED, closest=closest, absent=absent, asked=kind)
     # Figures of another kind than asked for, when none of the reply's is of that kind.

@@ -430,6 +430,11 @@ def evaluate(
         if suffix.strip().startswith("*"):
             record["verdict"] = "not_found"
             suffix = citations.NOT_FOUND_NOTE_ZH if asked_in_chinese else citations.NOT_FOUND_NOTE
+        elif not suffix and not own and checked.echoed is not None:
+            # A one-word answer ("Thursday") adds too little for the word count to cite it, but
+            # a sentence about the question holds it: that sentence is what it rests on.
+            suffix = f" [{checked.echoed.number}]"
+            record["quotes"] = {str(checked.echoed.number): [_quote_record(checked.echoed)]}
         else:
             numbers = cited_numbers(suffix)
             record["quotes"] = _word_quotes(reply, question, passages, numbers)

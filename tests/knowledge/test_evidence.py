@@ -495,3 +495,14 @@ def test_a_passage_read_out_word_for_word_is_no_invention() -> None:
     # Nor is a sentence copied from a passage that is not about what was asked.
     checked = evidence.check("Special leave: 2 days for a wedding.", question, passages, subject_)
     assert [c.text for c in checked.unsupported] == ["2"]
+
+
+@pytest.mark.parametrize(
+    ("term", "text"),
+    [("expense", "Expenses policy"), ("tax", "Taxes are withheld."), ("fee", "Fees apply.")],
+)
+def test_a_term_is_present_in_its_plural(term: str, text: str) -> None:
+    subject_ = Subject({term: 1.0})
+    assert evidence.lexical_presence(subject_)([evidence.Sentence(1, 0, len(text), text)]) == [
+        {term}
+    ]

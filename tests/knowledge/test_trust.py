@@ -155,6 +155,36 @@ async def test_a_reply_that_gives_no_figure_of_the_kind_asked_for_is_warned_abou
     await socket.disconnect()
 
 
+PAYMENTS = """# Expenses
+
+## Payment
+
+Reports fully approved by Tuesday noon are paid in that week's Thursday run.
+
+## Receipts
+
+Keep the original receipts for ten years.
+"""
+
+
+async def test_a_one_word_answer_is_cited_by_the_sentence_about_the_question_that_holds_it(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # "Thursday" is no figure, and one word is too little to cite a passage by its words: the
+    # sentence about the question that holds it is what it rests on.
+    use_engine(replying("Approved expense reports are paid out on Thursday."))
+    await database_sync_to_async(upload)(tenant, "expenses.md", PAYMENTS)
+    socket = await connected_as(member)
+    frames = await ask(socket, "On which weekday are approved expense reports paid out?")
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["content"] == "Approved expense reports are paid out on Thursday. [1]"
+    cited = [s for s in done["sources"] if s["cited"]]
+    assert [q["text"] for q in cited[0]["quotes"]] == [
+        "Reports fully approved by Tuesday noon are paid in that week's Thursday run."
+    ]
+    await socket.disconnect()
+
+
 async def test_a_follow_up_rests_on_the_passages_the_conversation_was_given(
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:
