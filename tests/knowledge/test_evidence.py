@@ -192,6 +192,9 @@ def test_contractions_the_measure_after_how_and_currency_names_are_not_the_subje
     ]
     assert "欧元" not in evidence.subject_terms("报销时金额超过多少欧元必须附上收据？")
     assert "收据" in evidence.subject_terms("报销时金额超过多少欧元必须附上收据？")
+    # The form of the answer is not what it is about: the VPN's gateway is its hostname.
+    assert evidence.subject_terms("What is the hostname of the company VPN?") == ["vpn"]
+    assert evidence.subject_terms("On which weekday are expenses paid?") == ["expenses"]
 
 
 def test_a_sentence_speaks_of_the_strongest_term_and_may_lack_a_little_of_the_rest() -> None:
