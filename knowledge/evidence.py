@@ -98,6 +98,12 @@ _CN_NUMBER = re.compile(
 )
 _CITATION_MARK = re.compile(r"[\[【]\s*\d{1,3}(?:\s*[,，、]\s*\d{1,3})*\s*[\]】]")
 _LIST_MARK = re.compile(r"^\s*(?:\d{1,2}[.)]|[-*•])\s+", re.M)
+# The model citing a passage given to it in words: "根据第2段", "in passage 3", "source 1". A
+# chapter or section number ("第4章第6节", "section 3.3") is the document's, and a claim.
+_REFERENCE = re.compile(
+    r"第\s*[\d一二三四五六七八九十]{1,3}\s*段|\b(?:passages?|sources?|paragraphs?)\s+\d{1,3}\b",
+    re.I,
+)
 # An identifier: letters and digits joined by . - @ _ (vpn.nwrobotics.example, NWR-Guest,
 # it-help@…), a word with a capital inside (FortiClient, BitLocker) or in capitals (CFO, MFA).
 _IDENTIFIER = re.compile(
@@ -197,9 +203,9 @@ def names(text: str, is_common: Callable[[str], bool] | None = None) -> list[tup
 
 
 def without_marks(text: str) -> str:
-    """`text` without its citation marks ([2], 【1】) and list numbering (1., 2)): neither is
-    something a reply states."""
-    return _LIST_MARK.sub(" ", _CITATION_MARK.sub(" ", text))
+    """`text` without its citation marks ([2], 【1】, "根据第2段", "passage 2") and list numbering
+    (1., 2)): none is something a reply states."""
+    return _LIST_MARK.sub(" ", _REFERENCE.sub(" ", _CITATION_MARK.sub(" ", text)))
 
 
 def claims(

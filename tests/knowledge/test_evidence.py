@@ -64,6 +64,13 @@ def test_list_numbering_and_citation_marks_are_not_figures_a_reply_states():
     assert [c.key for c in evidence.claims(reply, "食堂几点开门？")] == keys
 
 
+def test_a_passage_cited_in_words_is_no_figure_but_a_section_number_is() -> None:
+    # "根据第2段" is the model citing passage 2; "第3.3节" is the document's section: a claim.
+    reply = "根据第2段的指示，须在周四 17:00 前提交（见第3.3节）。As passage 1 says, 5 days."
+    keys = [c.key for c in evidence.claims(reply, "最晚什么时候提交？")]
+    assert keys == ["17:00", "3.3", "5"]
+
+
 def test_a_figure_is_compared_whatever_its_separators_and_numerals():
     assert evidence.figure_key("1,500") == evidence.figure_key("1.500") == "1500"
     assert evidence.figure_key("0,32") == "0.32"
