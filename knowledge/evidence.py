@@ -583,11 +583,12 @@ def _speaking(
     held: Mapping[int, set[str]], subject_: Subject, thresholds: Thresholds
 ) -> dict[int, bool]:
     """Passage number -> whether its sentences together (`held`: the subject's terms each
-    passage holds) speak of the subject, as `Subject.spoken_of` asks of one sentence, and cover
-    enough of it."""
+    passage holds) speak of the subject, as `Subject.spoken_of` asks of one sentence, cover
+    enough of it, and speak of what a follow-up pointing back carries over."""
     return {
         number: subject_.spoken_of(terms, thresholds.strong_share, thresholds.strong_missing)
         and subject_.covered_by(terms) >= thresholds.coverage
+        and subject_.speaks_of_carried(terms, thresholds.strong_share)
         for number, terms in held.items()
     }
 
@@ -762,20 +763,15 @@ def check(
             # password rules read out in full, not only the line asked about. Only where every
             # sentence of the reply that states it is such a copy: a conclusion drawn after the
             # rows read out ("so you get 2 days") is the model's own.
-            sources = [
-                i
-                for i in holding
-                if speaks[all_sentences[i].number]
-                and subject_.speaks_of_carried(
-                    held[all_sentences[i].number], thresholds.strong_share
-                )
-            ]
             stating = [r for r in said if holds(r, claim)]
-            good = [i for i in sources if any(_copied(r, all_sentences[i]) for r in stating)]
-            if not stating or not all(
-                any(_copied(r, all_sentences[i]) for i in sources) for r in stating
-            ):
-                good = []
+            copies = [
+                (j, i)
+                for j, r in enumerate(stating)
+                for i in holding
+                if speaks[all_sentences[i].number] and _copied(r, all_sentences[i])
+            ]
+            if stating and {j for j, _ in copies} == set(range(len(stating))):
+                good = sorted({i for _, i in copies})
         if not good:
             result.unsupported.append(claim)
             continue
