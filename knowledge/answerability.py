@@ -31,7 +31,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from knowledge import evidence
+from knowledge import subjects
+from knowledge.sentences import Sentence
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,8 @@ def precheck_threshold() -> float:
 
 
 def signals(
-    subject: evidence.Subject,
-    sentences: Sequence[evidence.Sentence],
+    subject: subjects.Subject,
+    sentences: Sequence[Sentence],
     similarities: Sequence[float],
     retrieval_similarity: float,
     present: Sequence[set[str]] | None = None,
@@ -85,7 +86,7 @@ def signals(
     if not sentences:
         return Signals(retrieval=retrieval_similarity)
     if present is None:
-        present = evidence.lexical_presence(subject)(sentences)
+        present = subjects.lexical_presence(subject)(sentences)
     coverage = max(subject.covered_by(p) for p in present)
     strongest = subject.strongest()
     held = set().union(*present)

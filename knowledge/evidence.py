@@ -9,14 +9,15 @@ its work:
 - **Claims** (`claims`): what an employee would act on — figures (amounts, days, dates, times,
   phone numbers), identifiers (`vpn.nwrobotics.example`, `NWR-Guest`) and names (`FortiClient`,
   `Meridian Assist`, `CFO`) the reply states and its question does not.
-- **Sentences** (`sentences`): each passage cut into sentences, lines and table rows (a row is
-  one line that names its columns: "City class: A; Cities: London, Paris; Cap: EUR 220"), with
-  their offsets, so the passage view can highlight what is quoted.
+- **Sentences** (`knowledge.sentences`): each passage cut into sentences, lines and table
+  rows (a row is one line that names its columns: "City class: A; Cities: London, Paris; Cap:
+  EUR 220"), with their offsets, so the passage view can highlight what is quoted.
 - **Support** (`check`): a claim is supported by a sentence that holds it *and* is about what
-  was asked — the question's subject (its rarest words in the tenant's documents: gym,
-  funeral, mileage, Paris) is in the sentence or in its heading, or, across languages, the
-  embedder finds the sentence close to the question (`about`). A claim held only by sentences
-  about something else (48 EUR, the meal per diem, for a question about mileage) is not.
+  was asked — the question's subject (`knowledge.subjects`: its rarest words in the tenant's
+  documents, such as gym, funeral, mileage, Paris) is in the sentence or in its heading, or,
+  across languages, the embedder finds the sentence close to the question (`about`). A claim
+  held only by sentences about something else (48 EUR, the meal per diem, for a question about
+  mileage) is not.
 - **Quotes**: for each passage the reply rests on, the sentences that hold its supported
   claims — shown under the reply, so "160 EUR" stands next to "The nightly cap is EUR 160 in
   most cities and EUR 220 in Paris" and can be corrected at a glance.
@@ -34,54 +35,8 @@ from dataclasses import dataclass, field
 
 from knowledge import asked as asking
 from knowledge.segment import STOPWORDS, words
-
-# --- sentences --------------------------------------------------------------------------------
-
-# After . ! ? and a space (English), after 。！？； (Chinese); a line break always ends one.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^\s\d])|(?<=[。！？；])")
-# "e.g. the", "approx. 20": not the end of a sentence.
-_ABBREVIATION = re.compile(r"\b(?:e\.g|i\.e|etc|approx|incl|excl|no|nr|vs|cf|ca|min|max)\.$", re.I)
-
-
-@dataclass(frozen=True)
-class Sentence:
-    """A sentence (or line, or table row) of a passage, with where it stands in its text."""
-
-    number: int  # the passage's number in the conversation
-    start: int  # character offsets in the passage's text
-    end: int
-    text: str
-    context: str = ""  # the passage's document title and section: what its sentences are about
-
-
-def sentences(number: int, text: str, context: str = "") -> list[Sentence]:
-    """`text` cut into sentences: every line on its own (a list item, a table row), long lines
-    at sentence ends."""
-    out: list[Sentence] = []
-    offset = 0
-    for line in text.splitlines(keepends=True):
-        stripped = line.strip()
-        if stripped:
-            lead = offset + (len(line) - len(line.lstrip()))
-            start = 0
-            body = line.strip()
-            for match in _SENTENCE_END.finditer(body):
-                piece = body[start : match.start()].rstrip()
-                if _ABBREVIATION.search(piece):
-                    continue
-                if piece:
-                    out.append(
-                        Sentence(number, lead + start, lead + start + len(piece), piece, context)
-                    )
-                start = match.end()
-            piece = body[start:].rstrip()
-            if piece:
-                out.append(
-                    Sentence(number, lead + start, lead + start + len(piece), piece, context)
-                )
-        offset += len(line)
-    return out
-
+from knowledge.sentences import Sentence, split_passage
+from knowledge.subjects import CODE, Presence, Subject, lexical_presence
 
 # --- claims -------------------------------------------------------------------------------
 
@@ -255,192 +210,6 @@ def holds(sentence: Sentence, claim: Claim, keys: set[str] | None = None) -> boo
     return False
 
 
-# --- what was asked -------------------------------------------------------------------------
-
-# Words of a question that say what kind of answer is wanted, not what it is about.
-GENERIC = frozenset(
-    """
-    company companies employee employees staff people person someone anyone everyone allowed
-    need needs get gets got pay paid give given take taken make use used work working
-    day days week weeks month months year years time times hour hours minute minutes number
-    amount much many long often maximum minimum most least max min per each every
-    rule rules policy policies allowed allow may able new old first last next
-    one two three four five
-    eur euro euros usd yuan rmb cny dollar dollars
-    hostname hostnames url urls weekday weekdays
-    what's who's where's when's how's i'm i've i'd i'll we're
-    towards toward until during under within without between after before against via
-    多少 几 几天 多久 多长 什么 时候 哪里 哪儿 怎么办 规定 员工 公司 可以 需要 允许
-    时间 长时间 多长时间 几点 几位 多远 多大 多高 多重
-    最多 最少 每 每天 每月 每年 欧元 美元 人民币 元
-    """.split()  # noqa: SIM905 - a word list reads best as words
-)
-
-
-def _stem(word: str) -> str:
-    """Latin-script words compared without their plural or -ly/-ing endings (hotel, hotels;
-    nightly, night): enough for a question's subject, which is most often a noun."""
-    if not word.isascii():
-        return word
-    for ending in ("ing", "ly"):
-        if word.endswith(ending) and len(word) - len(ending) >= 4:
-            return word[: -len(ending)]
-    # A plural's "s", then a final "e": expense and expenses, tax and taxes, fee and fees all
-    # come to one stem ("class" keeps its "ss").
-    if len(word) >= 4 and word.endswith("s") and not word.endswith("ss"):
-        word = word[:-1]
-    if len(word) >= 4 and word.endswith("e"):
-        word = word[:-1]
-    return word
-
-
-def subject_terms(question: str) -> list[str]:
-    """The question's words that say what it is about, in order (stop words, question words,
-    contractions, the measure after "how", currency names and the generic words of any policy
-    question aside)."""
-    seen: dict[str, None] = {}
-    previous = ""
-    codes = codes_in(question)
-    for word in words(question):
-        # "How large", "how soon", "how far": the measure asked for, not what it is about.
-        after_how, previous = previous == "how", word
-        if word in codes:
-            seen.setdefault(word, None)
-            continue
-        if any(word in code for code in codes if not code.isalpha()):
-            continue  # "l", "2" of "L2": the code is the term
-        if word in STOPWORDS or word in GENERIC or (len(word) < 2 and not word.isdigit()):
-            continue
-        if after_how:
-            continue
-        if any(c.isdigit() for c in word):
-            continue
-        seen.setdefault(word, None)
-    for code in sorted(codes):
-        if not code.isalpha():  # "L2" is two words to `words`, one term here
-            seen.setdefault(code, None)
-    return list(seen)
-
-
-def _held_code(code: str, text: str) -> bool:
-    """Whether `text` names the code: "L2" as a word of its own, "D" in capitals."""
-    if len(code) == 1:
-        return re.search(rf"(?<![A-Za-z0-9]){code.upper()}(?![A-Za-z0-9])", text) is not None
-    pattern = rf"(?<![A-Za-z0-9]){re.escape(code)}(?![A-Za-z0-9])"
-    return re.search(pattern, text, re.IGNORECASE) is not None
-
-
-# A class, level or model a question names by a capital letter and digits: "D 类城市", "L2",
-# "A1", "T14" (lower-cased, as `words` gives them).
-_CODE = re.compile(r"(?<![A-Za-z0-9])(?!I\b)[A-Z]{1,2}[0-9]{0,3}(?![A-Za-z0-9])")
-
-
-_CODE_TERM = re.compile(r"[a-z]{1,2}[0-9]{0,3}")
-
-
-def codes_in(question: str) -> set[str]:
-    """The codes of `question` ("D" in "D 类城市", "L2"): what it is about, however short."""
-    return {match.group(0).lower() for match in _CODE.finditer(question)}
-
-
-@dataclass(frozen=True)
-class Subject:
-    """The question's subject: its terms, each weighted by how much it says (a rare word —
-    gym, funeral, Hamburg — says more than a common one)."""
-
-    terms: Mapping[str, float]
-    # The terms a sentence must speak of when they weigh enough (`strong`): the question's own
-    # nouns and names, not the words a follow-up took from its predecessor nor verbs and
-    # measure words ("how soon", "最晚", "上报"), which a passage words differently.
-    core: frozenset[str] | None = None
-    # The terms a follow-up that points back ("request that", "change it") took from the
-    # question before it: what it is still about. A passage about it speaks of them
-    # (`speaks_of_carried`).
-    carried: frozenset[str] = frozenset()
-
-    @property
-    def total(self) -> float:
-        return sum(self.terms.values())
-
-    def covered_by(self, present: Collection[str]) -> float:
-        """The share of the subject's weight whose terms are in `present`."""
-        if not self.terms or not self.total:
-            return 0.0
-        return sum(w for t, w in self.terms.items() if t in present) / self.total
-
-    def strongest(self) -> str | None:
-        return max(self.terms, key=lambda t: self.terms[t]) if self.terms else None
-
-    def spoken_of(self, present: Collection[str], share: float, missing: float) -> bool:
-        """Whether a sentence holding the terms `present` speaks of the subject: it holds the
-        strongest term, and the strong terms (`strong`) it lacks weigh at most `missing` of
-        theirs ("tool" may be missing from a sentence about hotels' own websites and the
-        booking tool's offer; "gym" may not be missing from one about coworking
-        memberships)."""
-        strong = self.strong(share)
-        if not strong:
-            return True
-        top = max(sorted(strong), key=lambda t: self.terms[t])
-        if top not in present:
-            return False
-        lacking = sum(self.terms[t] for t in strong if t not in present)
-        return lacking <= missing * sum(self.terms[t] for t in strong)
-
-    def speaks_of_carried(self, present: Collection[str], share: float) -> bool:
-        """Whether a passage holding the terms `present` speaks of the carried terms that weigh
-        at least `share` of the strongest of them."""
-        if not self.carried:
-            return True
-        top = max(self.terms.get(t, 0.0) for t in self.carried)
-        return all(t in present for t in self.carried if self.terms.get(t, 0.0) >= share * top)
-
-    def strong(self, share: float) -> set[str]:
-        """The terms that weigh at least `share` of the strongest one: what a sentence must
-        speak of to be about the question (Hamburg in "the Wi-Fi range at our Hamburg office")."""
-        eligible = {t: w for t, w in self.terms.items() if self.core is None or t in self.core}
-        if not eligible:
-            return set()
-        top = max(eligible.values())
-        return {t for t, w in eligible.items() if w >= share * top}
-
-
-def subject(question: str, weight: Callable[[str], float] | None = None) -> Subject:
-    """The question's subject, each term weighted by `weight` (1 each by default)."""
-    terms = subject_terms(question)
-    return Subject({t: (weight(t) if weight is not None else 1.0) for t in terms})
-
-
-# Which of the subject's terms each sentence (with its heading) holds.
-Presence = Callable[[Sequence[Sentence]], list[set[str]]]
-
-
-def lexical_presence(subject_: Subject) -> Presence:
-    """A term is present where the sentence or its heading uses the word (plural and -ly or
-    -ing endings aside)."""
-
-    def present(sentences_: Sequence[Sentence]) -> list[set[str]]:
-        out = []
-        codes = [t for t in subject_.terms if _CODE_TERM.fullmatch(t) and not t.isalpha()]
-        codes += [t for t in subject_.terms if len(t) == 1 and t.isalpha()]
-        acronyms = [t for t in subject_.terms if 2 <= len(t) <= 4 and t.isascii() and t.isalpha()]
-        for sentence in sentences_:
-            held = {_stem(w) for w in words(sentence.context) + words(sentence.text)}
-            found = {t for t in subject_.terms if _stem(t) in held and t not in codes}
-            text = f"{sentence.context}\n{sentence.text}"
-            found |= {t for t in codes if _held_code(t, text)}
-            out.append(found | {t for t in acronyms if t not in found and _spelt_out(t, text)})
-        return out
-
-    return present
-
-
-def _spelt_out(acronym: str, text: str) -> bool:
-    """Whether `text` spells `acronym` out in capitalised words: "EU" in "the European Union",
-    "HR" in "Human Resources"."""
-    pattern = r"\s+(?:(?:of|and|for|the|&)\s+)?".join(rf"{c.upper()}[a-z]+" for c in acronym)
-    return re.search(rf"\b{pattern}\b", text) is not None
-
-
 # --- the check ------------------------------------------------------------------------------
 
 SUPPORTED = "supported"  # every claim held by a sentence about what was asked
@@ -546,7 +315,7 @@ def _cell(part: str) -> tuple[str, str, str]:
 def _siblings(a: str, b: str) -> bool:
     """Two headers of a row that name alike things: both with a code ("L2 内部", "L3 机密";
     "Class A", "Class B"), or the same words but one ("Munich office", "Shanghai office")."""
-    if _CODE.search(a) and _CODE.search(b):
+    if CODE.search(a) and CODE.search(b):
         return True
     wa, wb = words(a), words(b)
     return len(wa) == len(wb) > 1 and sum(x != y for x, y in zip(wa, wb, strict=True)) == 1
@@ -677,7 +446,7 @@ def check(
     """Check `reply` to `question` against `passages` (number -> (text, context)): which claims
     a sentence about the question holds, which none does, and what to quote."""
     thresholds = thresholds or Thresholds()
-    all_sentences = [s for n, (t, c) in sorted(passages.items()) for s in sentences(n, t, c)]
+    all_sentences = [s for n, (t, c) in sorted(passages.items()) for s in split_passage(n, t, c)]
     present = (presence or lexical_presence(subject_))(all_sentences) if all_sentences else []
     scores = _scores(all_sentences, subject_, similarity, present)
     strong = subject_.strong(thresholds.strong_share)
@@ -739,7 +508,7 @@ def check(
     )
     chosen: dict[int, Sentence] = {}
     presence_ = presence or lexical_presence(subject_)
-    said = sentences(0, without_marks(reply))
+    said = split_passage(0, without_marks(reply))
     for claim in found:
         holding = [i for i, s in enumerate(all_sentences) if holds(s, claim, keys[i])]
         good = [

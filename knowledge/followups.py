@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from knowledge.evidence import subject_terms
 from knowledge.segment import words
+from knowledge.subjects import subject_terms
 
 # Words that point back into the conversation: a question holding one needs its predecessor.
 _ANAPHORA = frozenset(

@@ -96,7 +96,7 @@ def document_frequencies(
 ) -> tuple[dict[str, int], int]:
     """In how many of the scope's passages each word occurs, and how many passages there are:
     how rare a question's words are in the documents the asker may read
-    (knowledge.evidence.subject)."""
+    (knowledge.subjects.subject)."""
     scope, params = _scope_sql(tenant_id, session_id, reader)
     counts: dict[str, int] = {}
     with connection.cursor() as cursor:

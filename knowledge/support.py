@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from knowledge import answerability, citations, evidence, followups, index, services
+from knowledge import answerability, citations, evidence, followups, index, services, subjects
 from knowledge import asked as asking
 from knowledge.access import PUBLIC, Reader, reader_for_session
 from knowledge.embeddings import get_embedder
@@ -35,6 +35,7 @@ from knowledge.models import Chunk, KnowledgeBase, Passage
 from knowledge.parsers.base import is_cjk
 from knowledge.prompt import cited_numbers
 from knowledge.segment import words
+from knowledge.sentences import Sentence, split_passage
 
 WARNING = (
     "\n\n*Not in the documents: {claims}. No passage found for this question says this; check "
@@ -109,7 +110,7 @@ def similarity_to(question: str) -> evidence.Similarity:
     """How close each sentence (with its heading) is to `question`, by the embedder: the
     support check's way across languages."""
 
-    def measure(sentences: Sequence[evidence.Sentence]) -> list[float]:
+    def measure(sentences: Sequence[Sentence]) -> list[float]:
         if not sentences:
             return []
         q = get_embedder().embed_queries([question])[0]
@@ -157,17 +158,17 @@ def subject_of(
     question: str,
     inherited: Collection[str] = (),
     reader: Reader = PUBLIC,
-) -> evidence.Subject:
+) -> subjects.Subject:
     """The question's subject: each term weighted by how much it says in everyday language and
     how few of the tenant's passages use it (the company's own name, in every title, says
     little); terms a follow-up took from the question before it count half."""
-    terms = evidence.subject_terms(question)
+    terms = subjects.subject_terms(question)
     counts, total = index.document_frequencies(
         tenant_id=tenant_id, session_id=session_id, words=terms, reader=reader
     )
     spread = math.log(total + 1) or 1.0
     weights = {}
-    codes = evidence.codes_in(question)
+    codes = subjects.codes_in(question)
     for term in terms:
         rarity = math.log((total + 1) / (counts.get(term, 0) + 0.5)) / spread
         # A code ("D", "L2") says as much as a rare word, however common its letters are.
@@ -182,7 +183,7 @@ def subject_of(
         if followups.points_back(question)
         else frozenset()
     )
-    return evidence.Subject(weights, core, carried)
+    return subjects.Subject(weights, core, carried)
 
 
 def _names(term: str, question: str, chinese_nouns: Sequence[str]) -> bool:
@@ -226,13 +227,13 @@ def _embed_words(texts: Sequence[str]) -> np.ndarray:
     return _embed_cached(texts, keep=_words_kept, query=False)
 
 
-def presence(subject: evidence.Subject) -> evidence.Presence:
+def presence(subject: subjects.Subject) -> subjects.Presence:
     """Which subject terms each sentence (with its heading) holds: the word itself, or a word
     the embedder finds the same term (across languages: a Chinese question's 密码 is an English
     sentence's password)."""
-    lexical = evidence.lexical_presence(subject)
+    lexical = subjects.lexical_presence(subject)
 
-    def present(sentences: Sequence[evidence.Sentence]) -> list[set[str]]:
+    def present(sentences: Sequence[Sentence]) -> list[set[str]]:
         found = lexical(sentences)
         # A word of two or three Latin letters (EU, HR, PC) is next to nothing to the embedder:
         # it found "EU" in "Request it…". Such a term is looked for as written, or spelt out.
@@ -283,7 +284,7 @@ def question_signals(
     retrieval_similarity: float,
     inherited: Collection[str] = (),
     reader: Reader = PUBLIC,
-) -> tuple[answerability.Signals, evidence.Sentence | None]:
+) -> tuple[answerability.Signals, Sentence | None]:
     """The answerability signals of `question` (made standalone; `inherited`: the subject words
     it took from the question before it) against the passages it would be given, and the
     sentence closest to it."""
@@ -294,7 +295,7 @@ def question_signals(
         inherited=inherited,
         reader=reader,
     )
-    sentences = [s for n, (t, c) in sorted(passages.items()) for s in evidence.sentences(n, t, c)]
+    sentences = [s for n, (t, c) in sorted(passages.items()) for s in split_passage(n, t, c)]
     similarities = similarity_to(question)(sentences)
     present = presence(subject)(sentences) if sentences else []
     found = answerability.signals(subject, sentences, similarities, retrieval_similarity, present)
@@ -306,12 +307,12 @@ def question_signals(
     return found, closest
 
 
-def not_covered_text(closest: evidence.Sentence, *, chinese: bool) -> str:
+def not_covered_text(closest: Sentence, *, chinese: bool) -> str:
     template = NOT_COVERED_ZH if chinese else NOT_COVERED
     return template.format(quote=closest.text, number=closest.number)
 
 
-def not_covered_record(closest: evidence.Sentence) -> dict[str, Any]:
+def not_covered_record(closest: Sentence) -> dict[str, Any]:
     return {
         "verdict": "not_covered",
         "quotes": {str(closest.number): [_quote_record(closest)]},
@@ -335,7 +336,7 @@ class ReplyEvidence:
     record: dict[str, Any] = field(default_factory=dict)  # stored with the reply
 
 
-def _quote_record(sentence: evidence.Sentence) -> dict[str, Any]:
+def _quote_record(sentence: Sentence) -> dict[str, Any]:
     return {"text": sentence.text, "start": sentence.start, "end": sentence.end}
 
 
@@ -376,7 +377,7 @@ def evaluate(
     reply: str,
     question: str,
     passages: Mapping[int, tuple[str, str]],
-    subject: evidence.Subject,
+    subject: subjects.Subject,
     similarity: evidence.Similarity | None,
     replace: bool,
     asked_in_chinese: bool,
@@ -477,7 +478,7 @@ def _word_quotes(
             continue
         text, context = passages[number]
         best, best_count = None, 0
-        for sentence in evidence.sentences(number, text, context):
+        for sentence in split_passage(number, text, context):
             count = len(added & set(words(sentence.text)))
             if count > best_count:
                 best, best_count = sentence, count

@@ -3,8 +3,9 @@ answerability signals and decision (knowledge.answerability): pure functions."""
 
 from __future__ import annotations
 
-from knowledge import answerability, evidence, followups
+from knowledge import answerability, followups, subjects
 from knowledge.answerability import Signals
+from knowledge.sentences import split_passage
 
 
 def test_a_pronoun_follow_up_takes_the_subject_of_the_question_before_it():
@@ -38,12 +39,12 @@ def test_a_chinese_follow_up_is_recognised():
 
 def test_signals_see_whether_the_questions_rarest_term_is_in_the_passages():
     weights = {"gym": 3.0, "subsidy": 1.0}
-    subject = evidence.subject("Is there a gym subsidy?", lambda t: weights.get(t, 0.5))
-    meals = evidence.sentences(1, "The meal subsidy is 35 yuan a day.", "Benefits / Meals")
+    subject = subjects.subject("Is there a gym subsidy?", lambda t: weights.get(t, 0.5))
+    meals = split_passage(1, "The meal subsidy is 35 yuan a day.", "Benefits / Meals")
     found = answerability.signals(subject, meals, [0.3], 0.4)
     assert found.rarest_present == 0.0
     assert 0.0 < found.coverage < 0.5
-    gym = evidence.sentences(1, "The gym subsidy is 30 EUR a month.", "Benefits / Sport")
+    gym = split_passage(1, "The gym subsidy is 30 EUR a month.", "Benefits / Sport")
     assert answerability.signals(subject, gym, [0.7], 0.5).rarest_present == 1.0
 
 

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from knowledge import evidence, support
+from knowledge import subjects, support
 from knowledge.embeddings import UseEmbedder, set_embedder
+from knowledge.sentences import split_passage
 
 
 @pytest.fixture(autouse=True)
@@ -20,8 +21,8 @@ def real_embedder(fake_embedder: object) -> Iterator[None]:
 
 
 def _present(question: str, sentence: str, context: str = "") -> set[str]:
-    subject = evidence.subject(question)
-    return support.presence(subject)(evidence.sentences(1, sentence, context))[0]
+    subject = subjects.subject(question)
+    return support.presence(subject)(split_passage(1, sentence, context))[0]
 
 
 def test_a_chinese_term_is_found_in_its_english_translation() -> None:
@@ -43,10 +44,10 @@ def test_a_chinese_place_is_not_found_in_another_english_one() -> None:
 
 def test_a_code_is_found_by_its_letters_and_not_by_a_neighbour() -> None:
     question = "出差去 D 类城市，酒店每晚的上限是多少？"
-    assert "d" in evidence.subject_terms(question)
+    assert "d" in subjects.subject_terms(question)
     assert "d" not in _present(question, "City class: Class C; Cap per night: EUR 115", "Hotels")
     assert "d" in _present(question, "City class: Class D; Cap per night: EUR 90", "Hotels")
-    assert evidence.subject_terms("那 L2 内部级的呢？") == ["内部", "l2"]
+    assert subjects.subject_terms("那 L2 内部级的呢？") == ["内部", "l2"]
     assert "l2" not in _present("那 L2 内部级的呢？", "L3 机密: 合同结束后 5 年")
 
 
