@@ -55,8 +55,10 @@ async def connected_as(user: User) -> WebsocketCommunicator:
     return socket
 
 
-async def until_done(socket: WebsocketCommunicator, wait: float = 5) -> list[dict[str, Any]]:
-    """Frames up to and including the next reply.done."""
+async def until_done(socket: WebsocketCommunicator, wait: float = 30) -> list[dict[str, Any]]:
+    """Frames up to and including the next reply.done. `wait` bounds the gap between two frames:
+    long enough for the first turn of a test run, which loads the embedder and the word lists,
+    on a machine that is busy with something else; short enough to call a hang a failure."""
     frames = []
     while True:
         frame = await socket.receive_json_from(timeout=wait)
