@@ -8,7 +8,9 @@ figures when nothing in the reply is of the kind asked for.
 
 Three kinds only, where wording says them plainly in English and Chinese: a time (a duration,
 a date, a clock time, a weekday), an amount of money, a percentage. Anything else (counts,
-phone extensions, addresses) has no kind and is never called a mismatch.
+phone extensions, addresses) has no kind and is never called a mismatch — except a count a
+Chinese question asks with a measure word, which a figure carries too: asked "PIN 码要设几位",
+a reply "18层" gives floors, not digits (`asked_measure`, `mismatched_measure`).
 """
 
 from __future__ import annotations
@@ -211,4 +213,44 @@ def mismatched(
         if not known:
             return {}
         out[figure] = sorted(known)[0]
+    return out
+
+
+# A count asked with a Chinese measure word: 几位 (digits, people), 几层, 几次, 多少张. "个", every
+# noun's measure word, says nothing; a time or an amount is a kind (above).
+_MEASURES = "位人名层楼次回张台件条份项本家所辆间岁级"
+_ASKS_MEASURE = re.compile(rf"(?:几|多少)\s*(?:个\s*)?([{_MEASURES}])")
+# Measure words that count the same things: people (几位同事, 3 人), floors, times.
+_ALIKE = (frozenset("位人名"), frozenset("层楼"), frozenset("次回"))
+# The measure word or unit right after a figure ("18 层", "3个人", "50 元", "2 小时", "1810 室").
+_MEASURE_AFTER = re.compile(
+    rf"\s*\**\s*(?:个\s*)?(小时|分钟|公里|[{_MEASURES}元块天日周月年号室%％])"
+)
+
+
+def asked_measure(question: str) -> str | None:
+    """The measure word a Chinese question counts in ("位" of "PIN 码要设几位"), or None."""
+    match = _ASKS_MEASURE.search(_normal(question))
+    return match.group(1) if match else None
+
+
+def _alike(a: str, b: str) -> bool:
+    return a == b or any(a in group and b in group for group in _ALIKE)
+
+
+def mismatched_measure(reply: str, written: Iterable[str], measure: str) -> dict[str, str]:
+    """Of the reply's figures `written`, those that count in another measure word than
+    `measure` -> theirs; empty when one of them counts in `measure` (or a like one: 人 for 位)
+    or has no measure word after it (it may be the answer: "6 位数字", "8 个字符")."""
+    text = _normal(reply)
+    measures: dict[str, set[str]] = {}
+    for match in NUMBER.finditer(text):
+        after = _MEASURE_AFTER.match(text, match.end())
+        measures.setdefault(match.group(0), set()).update([after.group(1)] if after else [""])
+    out: dict[str, str] = {}
+    for figure in written:
+        found = measures.get(_normal(figure), {""})
+        if "" in found or any(_alike(m, measure) for m in found):
+            return {}
+        out[figure] = sorted(found)[0]
     return out

@@ -59,6 +59,18 @@ _REFERENCE = re.compile(
     r"第\s*[\d一二三四五六七八九十]{1,3}\s*段|\b(?:passages?|sources?|paragraphs?)\s+\d{1,3}\b",
     re.I,
 )
+# Where the reply says it read something: "section 3.3", "chapter 4", "第3.3节", "第4章第6节".
+_SECTION_REFERENCE = re.compile(
+    r"第\s*(\d+(?:\.\d+)*|[一二三四五六七八九十]+)\s*[章节条款篇部]|"
+    r"\b(?:section|chapter|clause|§)\s*(\d+(?:\.\d+)*)",
+    re.I,
+)
+# The numbers of a passage's headings: "3. Devices / 3.3 Lost or stolen devices", "第四章 福利 /
+# 六、交通与通讯补贴".
+_HEADING_NUMBER = re.compile(
+    r"\d+(?:\.\d+)*|第\s*([一二三四五六七八九十]+)\s*[章节条款篇部]|"
+    r"(?:^|/)\s*([一二三四五六七八九十]+)\s*、"
+)
 # An identifier: letters and digits joined by . - @ _ (vpn.nwrobotics.example, NWR-Guest,
 # it-help@…), a word with a capital inside (FortiClient, BitLocker) or in capitals (CFO, MFA).
 _IDENTIFIER = re.compile(
@@ -106,15 +118,20 @@ def _cn_value(run: str) -> int | None:
 _DASHES = str.maketrans({"–": "-", "—": "-", "−": "-", "～": "-", "~": "-"})
 
 
+# A clock time's hour written with a leading zero (09:30, 09:00-18:00): 9:30 is the same time.
+_CLOCK_HOUR = re.compile(r"(?<![\d.,:])0(\d:\d{2})(?![\d.,])")
+
+
 def figure_key(text: str) -> str:
     """A figure as compared: thousands separators dropped (1,500 and 1.500 → 1500), a decimal
-    comma made a point (0,32 → 0.32), full-width digits and dashes made ASCII."""
+    comma made a point (0,32 → 0.32), full-width digits and dashes made ASCII, a clock time
+    without its hour's leading zero (09:30 → 9:30)."""
     text = unicodedata.normalize("NFKC", text).translate(_DASHES).strip(".,:-/")
     if re.fullmatch(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3}){1,2}", text):
         text = text.replace(",", "") if "," in text else text.replace(".", "")
     elif re.fullmatch(r"\d+,\d{1,2}", text):
         text = text.replace(",", ".")
-    return text
+    return _CLOCK_HOUR.sub(r"\1", text)
 
 
 def figure_parts(key: str) -> list[str]:
@@ -161,6 +178,30 @@ def without_marks(text: str) -> str:
     """`text` without its citation marks ([2], 【1】, "根据第2段", "passage 2") and list numbering
     (1., 2)): none is something a reply states."""
     return _LIST_MARK.sub(" ", _REFERENCE.sub(" ", _CITATION_MARK.sub(" ", text)))
+
+
+def _number(text: str) -> str:
+    value = _cn_value(text) if not text[:1].isdigit() else None
+    return str(value) if value is not None else figure_key(text)
+
+
+def heading_numbers(contexts: Collection[str]) -> set[str]:
+    """The chapter and section numbers of passages' headings, Chinese numerals as digits."""
+    found: set[str] = set()
+    for context in contexts:
+        for match in _HEADING_NUMBER.finditer(context):
+            found.add(_number(match.group(1) or match.group(2) or match.group(0)))
+    return found
+
+
+def without_headings(reply: str, numbers: Collection[str]) -> str:
+    """`reply` without the references to sections whose numbers are among `numbers` ("according
+    to section 3.3", "根据第4章第6节"): it names where it read what it says, as "[2]" does."""
+
+    def drop(match: re.Match[str]) -> str:
+        return " " if _number(match.group(1) or match.group(2)) in numbers else match.group(0)
+
+    return _SECTION_REFERENCE.sub(drop, reply)
 
 
 def claims(
@@ -258,6 +299,9 @@ class Check:
     # fee given for a deadline): claim as written -> its kind (`knowledge.asked`). They are
     # among `unsupported`.
     mismatched: dict[str, str] = field(default_factory=dict)
+    # The measure word a Chinese count question asks in ("位"), when it asks for no kind: then
+    # `mismatched` holds the figures that count in another one -> theirs ("18" -> "层").
+    measure: str | None = None
     asked: str | None = None  # the kind of figure the question asks for, when it says
     # For a reply with nothing to check: the sentence about the question that holds the words
     # it adds to the question ("Thursday", "机密"), its answer in the documents' words.
@@ -482,9 +526,11 @@ def check(
     # A name the passages' own titles and headings use (the company's, a policy's) is where the
     # reply read it, not a claim to check.
     titles = {w for s in all_sentences for w in words(s.context)}
+    # So are the numbers of the headings it names: "根据第4章第6节", under "第四章 … / 六、…".
+    headed = heading_numbers({c for _, c in passages.values()})
     found = [
         c
-        for c in claims(reply, question, is_common)
+        for c in claims(without_headings(reply, headed), question, is_common)
         if c.kind != NAME or not set(words(c.text)) <= titles
     ]
     kind = asking.asked_kind(question)
@@ -497,13 +543,16 @@ def check(
             echoed=_echoed(reply, question, all_sentences, about, scores),
         )
     keys = [sentence_keys(s) for s in all_sentences]
-    result = Check(SUPPORTED, closest=closest, absent=absent, asked=kind)
-    # Figures of another kind than asked for, when none of the reply's is of that kind.
+    measure = None if kind else asking.asked_measure(question)
+    result = Check(SUPPORTED, closest=closest, absent=absent, asked=kind, measure=measure)
+    # Figures of another kind than asked for, when none of the reply's is of that kind; for a
+    # count asked in a measure word, figures in another one ("18层" for "几位").
+    written = [c.text for c in found if c.kind == FIGURE]
     wrong_kind = (
-        asking.mismatched(
-            question, without_marks(reply), [c.text for c in found if c.kind == FIGURE], asked=kind
-        )
+        asking.mismatched(question, without_marks(reply), written, asked=kind)
         if kind
+        else asking.mismatched_measure(without_marks(reply), written, measure)
+        if measure
         else {}
     )
     chosen: dict[int, Sentence] = {}

@@ -24,8 +24,8 @@ GENERIC = frozenset(
     rule rules policy policies allowed allow may able new old first last next
     one two three four five
     eur euro euros usd yuan rmb cny dollar dollars
-    hostname hostnames url urls weekday weekdays
-    what's who's where's when's how's i'm i've i'd i'll we're
+    hostname hostnames url urls weekday weekdays software app apps application applications
+    what's who's where's when's how's i'm i've i'd i'll we're am
     towards toward until during under within without between after before against via
     多少 几 几天 多久 多长 什么 时候 哪里 哪儿 怎么办 规定 员工 公司 可以 需要 允许
     时间 长时间 多长时间 几点 几位 多远 多大 多高 多重
@@ -151,6 +151,16 @@ class Subject:
         top = max(self.terms.get(t, 0.0) for t in self.carried)
         return all(t in present for t in self.carried if self.terms.get(t, 0.0) >= share * top)
 
+    def with_parts(self, present: Collection[str]) -> set[str]:
+        """`present` with the terms that are part of a present term: a Chinese question's words
+        come cut both ways (笔记本 and 笔记, 服务台 and 服务), and a sentence that speaks of a
+        笔记本 (the embedder finds it in "laptop") speaks of its 笔记."""
+        out = set(present)
+        for part in self.terms:
+            if part not in out and any(part in t for t in out if t != part and not t.isascii()):
+                out.add(part)
+        return out
+
     def strong(self, share: float) -> set[str]:
         """The terms that weigh at least `share` of the strongest one: what a sentence must
         speak of to be about the question (Hamburg in "the Wi-Fi range at our Hamburg office")."""
@@ -185,7 +195,8 @@ def lexical_presence(subject_: Subject) -> Presence:
             found = {t for t in subject_.terms if _stem(t) in held and t not in codes}
             text = f"{sentence.context}\n{sentence.text}"
             found |= {t for t in codes if _held_code(t, text)}
-            out.append(found | {t for t in acronyms if t not in found and _spelt_out(t, text)})
+            found |= {t for t in acronyms if t not in found and _spelt_out(t, text)}
+            out.append(subject_.with_parts(found))
         return out
 
     return present

@@ -128,9 +128,10 @@ COMMON_ZIPF = 6.0
 # London/Paris 0.54, hostname/gateway 0.30: measured with USE multilingual v3).
 TERM_SIMILARITY = 0.7
 # Across scripts the embedder places a word and its translation less close (病假/sickness 0.64,
-# 加密/encryption 0.67, 审批/approve 0.64, 无线/Wi-Fi 0.67; 埃因霍温/Munich 0.29, 病假/leave 0.40,
-# 商务舱/economy 0.36): a Chinese term and an English word are the same term from this.
-CROSS_TERM_SIMILARITY = 0.62
+# 加密/encryption 0.67, 审批/approve 0.64, 无线/Wi-Fi 0.67, 慕尼黑/Munich 0.605, 前台/reception
+# 0.61, 母亲/parent 0.62; 埃因霍温/Munich 0.29, 病假/leave 0.40, 商务舱/economy 0.36, 服务台/
+# helpdesk 0.52): a Chinese term and an English word are the same term from this.
+CROSS_TERM_SIMILARITY = 0.60
 
 
 CODE_INFORMATIVENESS = 3.0
@@ -256,7 +257,7 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
             for j, term in enumerate(terms):
                 if term not in found[i] and close[j, columns].any():
                     found[i].add(term)
-        return found
+        return [subject.with_parts(terms) for terms in found]
 
     return present
 
@@ -463,6 +464,13 @@ def evaluate(
         )
         template = MISMATCH_ZH if asked_in_chinese else MISMATCH
         suffix += template.format(asked=names[checked.asked], claims=shown)
+    elif checked.mismatched and checked.measure is not None:
+        # "PIN 码要设几位" answered "18层": a count in another measure word.
+        record["mismatched"] = dict(checked.mismatched)
+        shown = "、".join(f"{text}{m}" for text, m in list(checked.mismatched.items())[:4])
+        template = MISMATCH_ZH if asked_in_chinese else MISMATCH
+        asked = f"几{checked.measure}" if asked_in_chinese else f"a count in “{checked.measure}”"
+        suffix += template.format(asked=asked, claims=shown)
     return ReplyEvidence(suffix=suffix, record=record)
 
 

@@ -336,7 +336,7 @@ def ask_all(
     from chat.services.turns import turn_prepare_send, turn_start
     from inference.types import ChatMessage
     from knowledge import answerability, citations, support
-    from knowledge.evidence import figures, without_marks
+    from knowledge.evidence import figures, heading_numbers, without_headings, without_marks
     from knowledge.models import Passage
     from knowledge.prompt import cited_numbers
     from tenants.models import Membership
@@ -501,10 +501,13 @@ def ask_all(
                     known = held | {k for k, _ in figures(q["question"])} | set(map(str, cited))
                     # "一" alone is the article of Chinese phrasing (补一张, 第一条), not a
                     # figure: the support check does not count it a claim either.
-                    # List numbering (1., 2.) and citation marks are not figures it states.
+                    # List numbering (1., 2.) and citation marks are not figures it states,
+                    # nor are the numbers of the headings it says it read ("第4章第6节").
+                    headed = heading_numbers({p["context"] for p in result.passages})
+                    stated = without_headings(without_marks(result.reply), headed)
                     result.unquoted_figures = [
                         written
-                        for key, written in figures(without_marks(result.reply))
+                        for key, written in figures(stated)
                         if key not in known and written != "一"
                     ]
                 result.cites_source = any(

@@ -115,3 +115,15 @@ def test_a_figure_of_another_kind_is_a_mismatch_only_when_nothing_answers_the_ki
     office = "What time does the office open?"
     assert asked.mismatched(office, "Office hours are 9-17; parking is EUR 5.", ["9-17", "5"]) == {}
     assert asked.mismatched("Who approves it?", "EUR 50.", ["50"]) == {}
+
+
+def test_a_count_asked_in_a_measure_word_is_mismatched_only_by_figures_in_other_ones():
+    assert asked.asked_measure("PIN 码要设几位？") == "位"
+    assert asked.asked_measure("审批需要几个人签字？") == "人"
+    assert asked.asked_measure("一年有多少个工作日？") is None  # 个 says nothing; a time is a kind
+    assert asked.mismatched_measure("要设 18 层。", ["18"], "位") == {"18": "层"}
+    # A figure in the measure asked for (or a like one: 人 for 位) answers it; one with no
+    # measure word after it may be the answer.
+    assert asked.mismatched_measure("6 位数字，18 层发放。", ["6", "18"], "位") == {}
+    assert asked.mismatched_measure("需要 3 个人。", ["3"], "位") == {}
+    assert asked.mismatched_measure("至少 8 个字符。", ["8"], "位") == {}

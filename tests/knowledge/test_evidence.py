@@ -455,3 +455,45 @@ def test_a_passage_read_out_word_for_word_is_no_invention() -> None:
     # Nor is a sentence copied from a passage that is not about what was asked.
     checked = evidence.check("Special leave: 2 days for a wedding.", question, passages, subject_)
     assert [c.text for c in checked.unsupported] == ["2"]
+
+
+def test_a_clock_time_is_the_same_with_or_without_its_hours_leading_zero() -> None:
+    assert evidence.figure_key("09:30") == evidence.figure_key("9:30") == "9:30"
+    assert evidence.figure_parts(evidence.figure_key("09:00–18:00")) == ["9:00", "18:00"]
+    assert evidence.figure_key("10:05") == "10:05"
+    question = "When is arrival on my first day in Munich?"
+    passages = {1: ("Arrival: 09:30 at the main reception, Building B.", "First day in Munich")}
+    checked = evidence.check("Be at reception at 9:30.", question, passages, subject_of(question))
+    assert checked.verdict == evidence.SUPPORTED
+
+
+def test_a_section_the_reply_names_is_no_claim_when_a_passages_heading_has_it() -> None:
+    question = "公司笔记本丢了，最迟多久要报告？"
+    text = "笔记本丢失的，须在发现后 1 小时内报告。"
+    subject = subject_of(question)
+    reply = "根据第3.3节，笔记本丢失后最迟 1 小时内报告。"
+    read = evidence.check(reply, question, {1: (text, "IT 守则 / 3. 设备 / 3.3 设备遗失")}, subject)
+    assert read.verdict == evidence.SUPPORTED
+    # A section no heading has is the reply's own, and a claim.
+    elsewhere = evidence.check(reply, question, {1: (text, "IT 守则 / 5. 设备遗失")}, subject)
+    assert [c.text for c in elsewhere.unsupported] == ["3.3"]
+    # Chapters and sections numbered in Chinese: 第四章 … / 六、…
+    headings = "员工手册 · 第四章 福利 / 六、交通与通讯补贴"
+    assert evidence.heading_numbers([headings]) == {"4", "6"}
+    assert evidence.without_headings("根据第4章第6节，每月 300 元。", {"4", "6"}).split() == [
+        "根据",
+        "，每月",
+        "300",
+        "元。",
+    ]
+
+
+def test_a_count_in_another_measure_word_is_not_what_was_asked() -> None:
+    question = "公司发的加密 U 盘，PIN 码要设几位？"
+    passages = {1: ("加密 U 盘（带 PIN 码）由 18 层 IT 服务台（1810 室）登记发放。", "USB")}
+    reply = "PIN 码要设 18 层，到 1810 室领取。"
+    checked = evidence.check(reply, question, passages, subject_of(question))
+    assert checked.measure == "位"
+    assert checked.verdict == evidence.UNSUPPORTED
+    assert checked.mismatched == {"18": "层", "1810": "室"}
+    assert not checked.quotes

@@ -72,3 +72,21 @@ def test_an_acronym_is_present_where_a_sentence_spells_it_out() -> None:
 def test_a_term_is_present_in_its_plural(term: str, text: str) -> None:
     subject_ = Subject({term: 1.0})
     assert subjects.lexical_presence(subject_)([Sentence(1, 0, len(text), text)]) == [{term}]
+
+
+def test_the_parts_of_a_present_chinese_word_are_present() -> None:
+    subject = Subject({"笔记": 1.6, "笔记本": 1.8, "服务": 0.2, "服务台": 1.0, "laptop": 1.0})
+    assert subject.with_parts({"笔记本"}) == {"笔记本", "笔记"}
+    # The whole is not present for its part: 笔记 (notes) is no 笔记本 (a laptop).
+    assert subject.with_parts({"笔记"}) == {"笔记"}
+    assert subject.with_parts({"服务台", "laptop"}) == {"服务台", "服务", "laptop"}
+
+
+def test_words_that_name_the_form_of_the_answer_are_not_the_subject() -> None:
+    assert subjects.subject_terms("Which client software do I need to connect to it?") == [
+        "client",
+        "connect",
+    ]
+    assert subjects.subject_terms("How many days a week am I allowed to work from home?") == [
+        "home"
+    ]

@@ -155,6 +155,32 @@ async def test_a_reply_that_gives_no_figure_of_the_kind_asked_for_is_warned_abou
     await socket.disconnect()
 
 
+USB = """# 信息安全守则
+
+## 移动存储
+
+获批后只能使用公司配发的加密 U 盘（带 PIN 码），由 18 层 IT 服务台（1810 室）登记发放。
+"""
+
+
+async def test_a_count_given_in_another_measure_word_is_warned_about(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # Asked how many digits (几位), the model gave the floor the sentence names (18 层).
+    reply = "PIN 码要设 18 层。"
+    use_engine(replying(reply))
+    await database_sync_to_async(upload)(tenant, "信息安全守则.md", USB)
+    socket = await connected_as(member)
+    frames = await ask(socket, "加密 U 盘的 PIN 码要设几位？")
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["verdict"] == "unsupported"
+    text, note = done["content"].split("\n\n")
+    assert text == reply  # not cited
+    assert note == "*可能答非所问：问题问的是几位，回答给出的是18层，请核实后再使用。*"
+    assert not any(s["cited"] for s in done["sources"])
+    await socket.disconnect()
+
+
 PAYMENTS = """# Expenses
 
 ## Payment
