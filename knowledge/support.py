@@ -42,6 +42,14 @@ WARNING = (
     "it before relying on it.*"
 )
 WARNING_ZH = "\n\n*文档中没有依据：{claims}。为这个问题找到的段落都没有这样说，请核实后再使用。*"
+# A reply with no figure or name, adding at least `OFF_SUBJECT_WORDS` words to its question,
+# whose words come only from sentences about something else.
+OFF_SUBJECT_WORDS = 2
+OFF_SUBJECT = (
+    "\n\n*Not from a passage about this question: the documents' words it uses are about "
+    "something else; check it before relying on it.*"
+)
+OFF_SUBJECT_ZH = "\n\n*文档中没有依据：回答用到的文档内容讲的是别的事情，请核实后再使用。*"
 # A figure of another kind than the question asks for (`knowledge.asked`): a fee for a deadline.
 MISMATCH = (
     "\n\n*Not what was asked: the question asks for {asked}; the reply gives {claims}. Check "
@@ -437,6 +445,16 @@ def evaluate(
             # a sentence about the question holds it: that sentence is what it rests on.
             suffix = f" [{checked.echoed.number}]"
             record["quotes"] = {str(checked.echoed.number): [_quote_record(checked.echoed)]}
+        elif (
+            (suffix or own)
+            and checked.echoed is None
+            and len(citations.added_words(reply, question)) >= OFF_SUBJECT_WORDS
+            and not asking.answers_otherwise(reply)
+        ):
+            # The passages hold its words, but no sentence about the question does: "until
+            # Christmas Eve" from the holiday table, asked about core hours on a Wednesday.
+            record["verdict"] = "not_found"
+            suffix = OFF_SUBJECT_ZH if asked_in_chinese else OFF_SUBJECT
         else:
             numbers = cited_numbers(suffix)
             record["quotes"] = _word_quotes(reply, question, passages, numbers)

@@ -181,6 +181,38 @@ async def test_a_count_given_in_another_measure_word_is_warned_about(
     await socket.disconnect()
 
 
+HOURS = """# Remote work
+
+## Core hours
+
+Core hours are the times when everyone is available for meetings and calls.
+From Monday to Thursday, Wednesday included, core hours are 10:00-15:00.
+
+## Company days
+
+Christmas Eve and New Year's Eve are company days: the offices are closed.
+"""
+
+
+async def test_a_reply_whose_words_come_only_from_sentences_about_something_else_is_warned(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # No figure or name to check, and the passage holds its words ("the offices are closed"),
+    # but only in a sentence about company days, not in one about core hours.
+    reply = "On a Wednesday the offices are closed for meetings."
+    use_engine(replying(reply))
+    await database_sync_to_async(upload)(tenant, "remote-work.md", HOURS)
+    socket = await connected_as(member)
+    frames = await ask(socket, "On a Wednesday, must I be available for meetings?")
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["verdict"] == "not_found"
+    text, note = done["content"].split("\n\n")
+    assert text == reply
+    assert note.startswith("*Not from a passage about this question")
+    assert not any(s["cited"] for s in done["sources"])
+    await socket.disconnect()
+
+
 PAYMENTS = """# Expenses
 
 ## Payment
