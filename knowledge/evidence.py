@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from knowledge import asked as asking
+from knowledge.quantities import cn_value, outside, quantities
 from knowledge.segment import STOPWORDS, words
 from knowledge.sentences import Sentence, split_passage
 from knowledge.subjects import CODE, Presence, Subject, lexical_presence
@@ -43,8 +44,6 @@ from knowledge.subjects import CODE, Presence, Subject, lexical_presence
 FIGURE = "figure"
 NAME = "name"
 
-_CN_DIGITS = dict(zip("零一二两三四五六七八九", (0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9), strict=True))
-_CN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
 # A run of Chinese numerals counts as a figure when a measure follows it (十四天, 两小时, 三个月)
 # or it holds a unit (十四): 一般, 统一 and 一下 are words, not numbers.
 _CN_NUMBER = re.compile(
@@ -94,27 +93,6 @@ class Claim:
     kind: str  # FIGURE or NAME
 
 
-def _cn_value(run: str) -> int | None:
-    total = section = digit = 0
-    seen = False
-    for char in run:
-        if char in _CN_DIGITS:
-            digit = _CN_DIGITS[char]
-            seen = True
-        elif char in _CN_UNITS:
-            unit = _CN_UNITS[char]
-            if unit == 10000:
-                total = (total + section + digit) * unit
-                section = 0
-            else:
-                section += (digit or 1) * unit
-            digit = 0
-            seen = True
-        else:
-            return None
-    return total + section + digit if seen else None
-
-
 _DASHES = str.maketrans({"–": "-", "—": "-", "−": "-", "～": "-", "~": "-"})
 
 
@@ -144,7 +122,7 @@ def figures(text: str) -> list[tuple[str, str]]:
     text = unicodedata.normalize("NFKC", text).translate(_DASHES)
     out = [(figure_key(m.group(0)), m.group(0)) for m in asking.NUMBER.finditer(text)]
     for match in _CN_NUMBER.finditer(text):
-        value = _cn_value(match.group(0))
+        value = cn_value(match.group(0))
         if value is not None:
             out.append((str(value), match.group(0)))
     return [(key, written) for key, written in out if key]
@@ -181,7 +159,7 @@ def without_marks(text: str) -> str:
 
 
 def _number(text: str) -> str:
-    value = _cn_value(text) if not text[:1].isdigit() else None
+    value = cn_value(text) if not text[:1].isdigit() else None
     return str(value) if value is not None else figure_key(text)
 
 
@@ -392,6 +370,22 @@ def other_cell(
     )
 
 
+def other_condition(sentence: Sentence, claim: Claim, asked: Sequence[tuple[float, str]]) -> bool:
+    """Whether `sentence` is a table row whose condition leaves out a quantity the question
+    states (`asked`): "10 years or more; … 30 days" for "工作满七年的员工…", seven years. The row
+    is about the question, and "30" is in it, but not as the answer for seven years. The cells
+    that hold the claim are no condition of it."""
+    row = cells(sentence.text)
+    if row is None or not asked:
+        return False
+    conditions = [
+        (header, value)
+        for header, value in row
+        if not holds(Sentence(sentence.number, 0, 0, value), claim)
+    ]
+    return outside(asked, conditions)
+
+
 def _speaking(
     held: Mapping[int, set[str]], subject_: Subject, thresholds: Thresholds
 ) -> dict[int, bool]:
@@ -557,14 +551,18 @@ def check(
     )
     chosen: dict[int, Sentence] = {}
     presence_ = presence or lexical_presence(subject_)
+    stated = quantities(question)  # "工作满七年": a row for ten years or more is not the answer
+
+    def fits(i: int, claim: Claim) -> bool:
+        sentence = all_sentences[i]
+        return not other_cell(sentence, claim, presence_, subject_.core) and not (
+            other_condition(sentence, claim, stated)
+        )
+
     said = split_passage(0, without_marks(reply))
     for claim in found:
         holding = [i for i, s in enumerate(all_sentences) if holds(s, claim, keys[i])]
-        good = [
-            i
-            for i in holding
-            if about[i] and not other_cell(all_sentences[i], claim, presence_, subject_.core)
-        ]
+        good = [i for i in holding if about[i] and fits(i, claim)]
         if not good and kind is not None and claim.kind == FIGURE:
             # A figure of a sentence that gives what is asked for (a time, an amount), next to a
             # sentence about the question, in a passage that speaks of it: "Report every
@@ -572,9 +570,7 @@ def check(
             good = [
                 i
                 for i in holding
-                if beside[i]
-                and asking.gives(kind, all_sentences[i].text)
-                and not other_cell(all_sentences[i], claim, presence_, subject_.core)
+                if beside[i] and asking.gives(kind, all_sentences[i].text) and fits(i, claim)
             ]
         if not good:
             # A sentence the reply copies word for word, from a passage about the question: the

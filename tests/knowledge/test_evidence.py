@@ -497,3 +497,29 @@ def test_a_count_in_another_measure_word_is_not_what_was_asked() -> None:
     assert checked.verdict == evidence.UNSUPPORTED
     assert checked.mismatched == {"18": "层", "1810": "室"}
     assert not checked.quotes
+
+
+SERVICE = (
+    "Completed years of service: 0 to 2 years; Annual leave (working days): 27 days\n"
+    "Completed years of service: 6 to 9 years; Annual leave (working days): 29 days\n"
+    "Completed years of service: 10 years or more; Annual leave (working days): 30 days"
+)
+
+
+def test_a_row_whose_condition_leaves_out_the_quantity_asked_is_not_the_answer() -> None:
+    # The row for ten years is about annual leave and holds 30, but the question is about
+    # seven years: 30 is no answer for it, and citing the row would make it look checked.
+    question = "How many days of annual leave do I get after 7 years of service?"
+    rows = {1: (SERVICE, "Leave Policy / 2.1 Entitlement by length of service")}
+    checked = evidence.check("You get 30 days.", question, rows, subject_of(question))
+    assert checked.verdict == evidence.UNSUPPORTED
+    assert [c.text for c in checked.unsupported] == ["30"]
+    assert checked.quotes == {}
+    # The row whose condition admits seven years supports its figure, and is quoted.
+    checked = evidence.check("You get 29 days.", question, rows, subject_of(question))
+    assert checked.verdict == evidence.SUPPORTED
+    assert [s.text for s in checked.quotes[1]] == [SERVICE.splitlines()[1]]
+    # Ten years, written out, is within the last row's condition.
+    question = "How many days of annual leave do I get after ten years of service?"
+    checked = evidence.check("You get 30 days.", question, rows, subject_of(question))
+    assert checked.verdict == evidence.SUPPORTED
