@@ -381,8 +381,9 @@ QASSIST_KNOWLEDGE_PARSE_SECONDS = env_float("QASSIST_KNOWLEDGE_PARSE_SECONDS", 3
 # Passages a question is given: at most this many, within this many tokens of the chat model.
 QASSIST_KNOWLEDGE_PASSAGES = env_int("QASSIST_KNOWLEDGE_PASSAGES", 3)
 QASSIST_KNOWLEDGE_PASSAGE_TOKENS = env_int("QASSIST_KNOWLEDGE_PASSAGE_TOKENS", 900)
-# Below this similarity of the best passage (and without a strong word match), the documents
-# are taken not to answer the question (docs/knowledge.md says how it was calibrated).
+# Below this similarity of the best passage the documents are taken not to answer the question
+# (docs/knowledge.md says how it was calibrated; a rare word match as a second way in was
+# measured and not kept: docs/BENCHMARKS.md, "Trust", 2026-12-07).
 QASSIST_KNOWLEDGE_MIN_SCORE = env_float("QASSIST_KNOWLEDGE_MIN_SCORE", 0.15)
 # Decline before generation below this fused answerability probability (knowledge.answerability;
 # 0: never, the measured best on qwen2.5-coder-0.5b: docs/BENCHMARKS.md, "Trust").
