@@ -107,7 +107,7 @@ _MONEY_WORDS = re.compile(
     re.I,
 )
 # A clock time, alone or in a range (09:00-18:00), or a date (2025-03-31, 31.03.2025, 3/31).
-_CLOCK_OR_DATE = re.compile(
+CLOCK_OR_DATE = re.compile(
     r"\d{1,2}:\d{2}|\d{4}-\d{1,2}-\d{1,2}|\d{1,2}\.\d{1,2}\.\d{2,4}|\d{1,2}/\d{1,2}(?:/\d{2,4})?"
 )
 _MONEY_AFTER = re.compile(
@@ -148,7 +148,7 @@ def figure_kinds(text: str) -> dict[str, set[str]]:
         elif _PERCENT_AFTER.match(after):
             kinds.add(PERCENT)
         elif (
-            _CLOCK_OR_DATE.search(match.group(0))
+            CLOCK_OR_DATE.search(match.group(0))
             or _TIME_AFTER.match(after)
             or _TIME_BEFORE.search(before)
         ):

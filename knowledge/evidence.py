@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from knowledge import asked as asking
-from knowledge.quantities import cn_value, outside, quantities
+from knowledge.quantities import DASHES, cn_value, outside, quantities
 from knowledge.segment import STOPWORDS, words
 from knowledge.sentences import Sentence, split_passage
 from knowledge.subjects import CODE, Presence, Subject, lexical_presence
@@ -93,9 +93,6 @@ class Claim:
     kind: str  # FIGURE or NAME
 
 
-_DASHES = str.maketrans({"–": "-", "—": "-", "−": "-", "～": "-", "~": "-"})
-
-
 # A clock time's hour written with a leading zero (09:30, 09:00-18:00): 9:30 is the same time.
 _CLOCK_HOUR = re.compile(r"(?<![\d.,:])0(\d:\d{2})(?![\d.,])")
 
@@ -104,7 +101,7 @@ def figure_key(text: str) -> str:
     """A figure as compared: thousands separators dropped (1,500 and 1.500 → 1500), a decimal
     comma made a point (0,32 → 0.32), full-width digits and dashes made ASCII, a clock time
     without its hour's leading zero (09:30 → 9:30)."""
-    text = unicodedata.normalize("NFKC", text).translate(_DASHES).strip(".,:-/")
+    text = unicodedata.normalize("NFKC", text).translate(DASHES).strip(".,:-/")
     if re.fullmatch(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3}){1,2}", text):
         text = text.replace(",", "") if "," in text else text.replace(".", "")
     elif re.fullmatch(r"\d+,\d{1,2}", text):
@@ -119,7 +116,7 @@ def figure_parts(key: str) -> list[str]:
 
 def figures(text: str) -> list[tuple[str, str]]:
     """(key, as written) for each figure of `text`, Chinese numerals included (十四 → 14)."""
-    text = unicodedata.normalize("NFKC", text).translate(_DASHES)
+    text = unicodedata.normalize("NFKC", text).translate(DASHES)
     out = [(figure_key(m.group(0)), m.group(0)) for m in asking.NUMBER.finditer(text)]
     for match in _CN_NUMBER.finditer(text):
         value = cn_value(match.group(0))
@@ -375,8 +372,8 @@ def other_condition(sentence: Sentence, claim: Claim, asked: Sequence[tuple[floa
     states (`asked`): "10 years or more; … 30 days" for "工作满七年的员工…", seven years. The row
     is about the question, and "30" is in it, but not as the answer for seven years. The cells
     that hold the claim are no condition of it."""
-    row = cells(sentence.text)
-    if row is None or not asked:
+    row = cells(sentence.text) if asked else None
+    if row is None:
         return False
     conditions = [
         (header, value)

@@ -20,6 +20,10 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from knowledge.asked import CLOCK_OR_DATE
+
+# Dashes as ASCII hyphens: "6–9 years", "10:00—15:00".
+DASHES = str.maketrans({"–": "-", "—": "-", "−": "-", "～": "-", "~": "-"})
 _CN_DIGITS = dict(zip("零一二两三四五六七八九", (0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9), strict=True))
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000, "万": 10000}
 
@@ -96,9 +100,8 @@ def _value(text: str) -> float | None:
 
 
 def _normal(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text)
-    text = re.sub(r"(?<=\d)[,\s](?=\d{3}(?!\d))", "", text)  # 3,000 and 3 000 are 3000
-    return text.replace("–", "-").replace("—", "-").replace("～", "-").replace("~", "-")
+    text = unicodedata.normalize("NFKC", text).translate(DASHES)
+    return re.sub(r"(?<=\d)[,\s](?=\d{3}(?!\d))", "", text)  # 3,000 and 3 000 are 3000
 
 
 def quantities(text: str) -> list[tuple[float, str]]:
@@ -114,9 +117,6 @@ def quantities(text: str) -> list[tuple[float, str]]:
             out.append((value, unit))
     return out
 
-
-# Clock times and dates are no quantities of a condition (10:00-15:00 is no range of hours).
-_CLOCK_OR_DATE = re.compile(r"\d{1,2}:\d{2}|\d{4}-\d{1,2}-\d{1,2}|\d{1,2}\.\d{1,2}\.\d{2,4}")
 
 # What a condition cell says of its quantity: a range, at least, more than, at most, less than.
 _N = rf"(?P<a>{_NUMBER})"
@@ -158,7 +158,7 @@ def bounds(cell: str, header: str = "") -> list[Bound]:
     more" → 10 years and up, "more than 9 hours" → above 9 hours, "满1年不满3年" → from 1 year to
     below 3. The unit is the cell's own or, where the cell has none, its
     header's ("Years of service: 0-2"). A cell that sets no bound (a value, a name) gives none."""
-    text = _CLOCK_OR_DATE.sub(" ", _normal(cell))
+    text = CLOCK_OR_DATE.sub(" ", _normal(cell))  # 10:00-15:00 is no range of hours
     units = re.findall(_UNIT, text, re.I) or re.findall(_UNIT, _normal(header), re.I)
     if not units:
         return []
