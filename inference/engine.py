@@ -6,24 +6,15 @@ Pure Python. The runner is injected: `inference.runner.LlamaRunner` in productio
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Protocol
 
+from inference.kept_text import KeptTexts
 from inference.output import TextStream
-from inference.passages import MIN_SPAN_TOKENS, WarmJob, WarmQueue, span_key
-from inference.scheduler import (
-    DropSaved,
-    DropSpan,
-    PlaceSpan,
-    SaveKv,
-    Scheduler,
-    SchedulerOutput,
-    SpillSpan,
-)
+from inference.prompt_passages import PassageFinder, PassageSet, PassageSource, PromptPassages
+from inference.scheduler import DropSpan, Scheduler, SchedulerOutput, SpillSpan
 from inference.speed import SpeedGovernor
 from inference.stats import EngineStats
 from inference.types import (
@@ -41,13 +32,9 @@ from inference.types import (
     Request,
     RestoreFailed,
     SamplingParams,
-    Span,
     TokenLogprobs,
-    TrustMap,
     failed,
-    parts_from,
     prompt_text,
-    trust_map,
 )
 from inference.waits import Waits
 
@@ -56,29 +43,6 @@ logger = logging.getLogger(__name__)
 # The worker's work between two steps counted as part of the streams' wait, at most this long
 # (longer is a stall: a garbage collection, a slow Redis, not the cost of a step).
 MAX_LOOP_GAP = 0.1
-WARM_PREFIX = "passage-kv-"  # ids of the engine's own requests that compute a passage's KV
-WARM_AT_ONCE = 2  # such requests queued or running at once (background: on spare sequences)
-SYNC_SECONDS = 10.0  # an idle engine asks the documents' index for new passages this often
-
-# Where a user message's passages are: (start, end) character offsets in its content.
-PassageFinder = Callable[[str], Sequence[tuple[int, int]]]
-
-
-@dataclass(frozen=True)
-class PassageSet:
-    """A tenant's passages as its documents' index lists them (`PassageSource`): the opening
-    messages questions about them start with, the texts to compute (the knowledge base's, most
-    useful first) and every text still in use (attachments too); what is not is dropped."""
-
-    tenant: str
-    version: int
-    opening: tuple[ChatMessage, ...]
-    warm: tuple[str, ...]
-    live: tuple[str, ...]
-
-
-# The index's passages of the tenants whose documents changed since the versions given.
-PassageSource = Callable[[dict[str, int]], Sequence[PassageSet]]
 
 
 class Runner(Protocol):
@@ -124,16 +88,6 @@ class Runner(Protocol):
     def execute(self, out: SchedulerOutput) -> dict[str, int]: ...
     def release(self, request: Request) -> None: ...
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class KeptText:
-    """The text a sequence's kept KV stands for, its exact tokens, and where trust changes."""
-
-    text: str
-    tokens: list[int]
-    trust: TrustMap
-    tenant: str = ""  # tokens are handed on within a tenant only, like the KV itself
 
 
 class Engine:
@@ -192,14 +146,15 @@ class Engine:
             span_disk_tokens=passage_disk_bytes // max(1, runner.kv_bytes_per_token),
             span_recompute=passage_recompute,
         )
-        self.find_passages = find_passages if passages_on else None
-        self.passage_source = passage_source if passages_on else None
-        self.warm_queue = WarmQueue()
-        self._warming: dict[str, WarmJob] = {}  # request id -> the passage it computes
-        self._warm_ids = itertools.count(1)
-        self._synced: dict[str, int] = {}  # tenant -> the index version last taken in
-        self._last_sync = float("-inf")
-        self._anchor_len = 0  # of the request being made (`_keyed_spans`)
+        self.stats = EngineStats()
+        self.passages = PromptPassages(
+            runner,
+            self.scheduler,
+            self.stats,
+            find=find_passages if passages_on else None,
+            source=passage_source if passages_on else None,
+        )
+        self.kept = KeptTexts(runner, self.scheduler, self.passages.tokenize)
         ceiling = self.scheduler.max_running
         # Between `initial_running` (16) and the context's sequences: the floor decides how many
         # more than 16 run, never fewer (on a slow or shared machine, fewer would only make
@@ -215,17 +170,14 @@ class Engine:
             hard_floor=hard_min_stream_speed,
         )
         self.scheduler.max_running = self.governor.limit()
-        self.stats = EngineStats()
         self._streams: dict[str, TextStream] = {}
         # Logprobs of tokens whose text is not out yet (held back by a stop string's prefix).
         self._logprobs: dict[str, list[dict[str, Any]]] = {}
         self.waits = Waits(self.scheduler, self.governor)
-        self._kept: dict[int, KeptText] = {}  # seq id -> what its KV holds, as text
-        self._kept_saved: dict[int, KeptText] = {}  # host entry -> what it holds, as text
         self._last_step_end = 0.0
         self._followed = False  # the previous step left work: the next one followed at once
         self._adopt_disk_entries()
-        self._adopt_span_files()
+        self.passages.adopt_files()
 
     def _adopt_disk_entries(self) -> None:
         """Conversations an earlier run of this model left on disk come back as host entries
@@ -238,17 +190,6 @@ class Engine:
             adopted += entry is not None
         if adopted:
             logger.info("%d saved conversations found on disk", adopted)
-
-    def _adopt_span_files(self) -> None:
-        """Passages an earlier run of this model computed come back (the files of a model or
-        layout of another fingerprint were never found: `inference.kvdisk`)."""
-        adopted = 0
-        for tenant, key, tokens, start, name in self.runner.span_files():
-            entry = self.scheduler.adopt_span(tenant, key, tokens, start)
-            self.runner.bind_span_file(name, entry)
-            adopted += entry is not None
-        if adopted:
-            logger.info("%d passages' KV found on disk", adopted)
 
     # --- requests in and out -----------------------------------------------------------------
 
@@ -318,11 +259,11 @@ class Engine:
             raise EngineError(
                 ErrorCode.INVALID_REQUEST, f"cannot format the conversation: {exc}"
             ) from exc
-        parts, first_user = self._mark_passages(messages, parts)
+        parts, first_user = self.passages.mark(messages, parts)
         if params.reply_start:  # the reply's unseen start: content like any message's
             parts = [*parts, PromptPart(params.reply_start, trusted=False)]
         text = prompt_text(parts)
-        prompt, spans = self._tokenize_prompt(parts, text, tenant)
+        prompt, found = self.kept.tokenize(parts, text, tenant)
         limit = self.runner.max_seq_tokens
         if len(prompt) >= limit:
             raise EngineError(
@@ -330,6 +271,7 @@ class Engine:
                 f"The conversation is {len(prompt)} tokens long; this model's context holds "
                 f"{limit}. Start a new conversation or shorten the message.",
             )
+        spans, anchor = self.passages.keyed(parts[:first_user], prompt, found, tenant)
         room = limit - len(prompt)
         if params.max_tokens > room:
             params = dataclasses.replace(params, max_tokens=room)
@@ -342,166 +284,9 @@ class Engine:
             prompt_parts=parts,
             background=background,
             tenant=tenant,
-            spans=self._keyed_spans(parts[:first_user], prompt, spans, tenant),
-            anchor=self._anchor_len,
+            spans=spans,
+            anchor=anchor,
         )
-
-    # --- passages in prompts ------------------------------------------------------------------
-
-    def _mark_passages(
-        self, messages: Sequence[ChatMessage], parts: list[PromptPart]
-    ) -> tuple[list[PromptPart], int]:
-        """The prompt's parts with each user message's passages (as `find_passages` finds them)
-        made parts of their own, and where the first user message's content starts (the parts
-        before it are the anchor every passage's KV is computed after)."""
-        if self.find_passages is None:
-            return parts, 0
-        contents = [m for m in messages if m.content]  # the untrusted parts, in order
-        if len(contents) != sum(not p.trusted for p in parts):
-            return parts, 0  # a template that splits contents: no passages then
-        out: list[PromptPart] = []
-        first_user = -1
-        i = 0
-        for part in parts:
-            if part.trusted:
-                out.append(part)
-                continue
-            message = contents[i]
-            i += 1
-            if message.role != "user":
-                out.append(part)
-                continue
-            if first_user < 0:
-                first_user = len(out)
-            at = 0
-            for start, end in self.find_passages(part.text):
-                if not at <= start < end <= len(part.text):
-                    break  # not in order: the rest stays text
-                if start > at:
-                    out.append(PromptPart(part.text[at:start], False))
-                out.append(PromptPart(part.text[start:end], False, passage=True))
-                at = end
-            if at < len(part.text):
-                out.append(PromptPart(part.text[at:], False))
-        return out, max(first_user, 0)
-
-    def _tokenize_split(
-        self, parts: Sequence[PromptPart], *, continuation: bool, offset: int
-    ) -> tuple[list[int], list[tuple[int, int]]]:
-        """Tokens of `parts` and where their passages are in them ((start, length), counted
-        from `offset`). Every part is tokenised on its own anyway (trust differs between
-        them); a passage then has the same tokens in every prompt."""
-        if not any(p.passage for p in parts):
-            return self.runner.tokenize_parts(parts, continuation=continuation), []
-        tokens: list[int] = []
-        spans: list[tuple[int, int]] = []
-        for i, part in enumerate(parts):
-            more = self.runner.tokenize_parts([part], continuation=continuation or i > 0)
-            if part.passage and len(more) >= MIN_SPAN_TOKENS:
-                spans.append((offset + len(tokens), len(more)))
-            tokens += more
-        return tokens, spans
-
-    def _anchor(self, parts: Sequence[PromptPart]) -> list[int]:
-        return self.runner.tokenize_parts(parts) if parts else []
-
-    def _keyed_spans(
-        self,
-        anchor_parts: Sequence[PromptPart],
-        prompt: list[int],
-        found: list[tuple[int, int]],
-        tenant: str,
-    ) -> list[Span]:
-        """The prompt's passages with the keys of their KV; those not kept are queued to be
-        computed once (people are asking about them now), and are computed in place meanwhile."""
-        self._anchor_len = 0
-        if not found or self.scheduler.spans is None:
-            return []
-        anchor = self._anchor(anchor_parts)
-        if not anchor or prompt[: len(anchor)] != anchor:
-            return []
-        self._anchor_len = len(anchor)
-        spans = [
-            Span(start, length, span_key(anchor, prompt[start : start + length]))
-            for start, length in found
-            if start >= len(anchor)
-        ]
-        self._queue_missing(tenant, prompt, len(anchor), spans)
-        return spans
-
-    def _queue_missing(
-        self, tenant: str, prompt: list[int], anchor: int, spans: list[Span]
-    ) -> None:
-        """Queue the passages not kept to be computed once (people are asking about them now:
-        ahead of what the index lists); they are computed in place meanwhile."""
-        assert self.scheduler.spans is not None
-        for span in spans:
-            if self.scheduler.spans.get(tenant, span.key) is None:
-                tokens = tuple(prompt[span.start : span.end])
-                job = WarmJob(tenant, span.key, tuple(prompt[:anchor]), tokens)
-                self.warm_queue.push(job, urgent=True)
-
-    def _tokenize_prompt(
-        self, parts: list[PromptPart], text: str, tenant: str = ""
-    ) -> tuple[list[int], list[tuple[int, int]]]:
-        """Tokens for a rendered prompt, reusing a kept sequence's exact tokens when its text is
-        a prefix. A follow-up turn's prompt holds the previous reply as text; tokenising that
-        text afresh can give other tokens than the ones generated (" Cor" "io" "b" vs " Cor"
-        "i" "ob"), which would stop KV reuse at the reply's first token."""
-        best: KeptText | None = None
-        for kept in self._kept_texts():
-            if (
-                (best is None or len(kept.text) > len(best.text))
-                and kept.tenant == tenant
-                and text.startswith(kept.text)
-                and trust_map(parts, len(kept.text)) == kept.trust
-            ):
-                best = kept
-        if best is None:
-            return self._tokenize_split(parts, continuation=False, offset=0)
-        rest = parts_from(parts, len(best.text))
-        more, spans = self._tokenize_split(rest, continuation=True, offset=len(best.tokens))
-        return best.tokens + more, spans
-
-    def _kept_texts(self) -> Iterator[KeptText]:
-        """What sequences and host-memory entries still hold, as text."""
-        for seq_id, kept in self._kept.items():
-            if self.scheduler.slots[seq_id].tokens[: len(kept.tokens)] == kept.tokens:
-                yield kept
-        host = self.scheduler.host
-        for entry_id, kept in self._kept_saved.items():
-            if host is not None and entry_id in host.entries:
-                yield kept
-
-    def _track_saved(self, out: SchedulerOutput) -> None:
-        """Host entries keep the text of the sequence they were saved from."""
-        for op in out.kv_ops:
-            if isinstance(op, SaveKv):
-                kept = self._kept.get(op.seq_id)
-                if kept is not None and len(kept.tokens) <= op.n_tokens:
-                    self._kept_saved[op.entry] = kept
-            elif isinstance(op, DropSaved):
-                self._kept_saved.pop(op.entry, None)
-
-    def _keep_text(self, request: Request) -> None:
-        """Remember the text of what a finished request leaves in its sequence."""
-        if request.seq_id is None:
-            return
-        self._kept.pop(request.seq_id, None)
-        if not request.prefill_done or not request.prompt_text:
-            return
-        generated = request.output_tokens[:-1]
-        pieces = [self.runner.token_bytes(t) for t in generated]
-        if not all(pieces):  # a special token has no text: the text would not match the KV
-            return
-        try:
-            reply = b"".join(pieces).decode("utf-8")
-        except UnicodeDecodeError:
-            return
-        text = request.prompt_text + reply
-        # The reply is a message content: it is never trusted either.
-        trust = trust_map([*request.prompt_parts, PromptPart(reply, trusted=False)], len(text))
-        self._kept[request.seq_id] = KeptText(text, request.kv_tokens(), trust, request.tenant)
 
     def abort(self, request_id: str) -> list[Event]:
         request = self.scheduler.get(request_id)
@@ -518,7 +303,7 @@ class Engine:
         for request in [*self.scheduler.running, *self.scheduler.waiting]:
             self.scheduler.finish(request, FinishReason.ERROR)
             self._forget(request)
-            if self._warming.pop(request.request_id, None) is not None:
+            if self.passages.drop(request.request_id) is not None:
                 continue  # the engine's own: no client
             self.stats.count_error(code.value)
             events.append(Failed(request.request_id, code.value, message))
@@ -532,9 +317,9 @@ class Engine:
         events: list[Event] = []
         for request in self.scheduler.expire(now - self.max_wait):
             self._forget(request)
-            job = self._warming.pop(request.request_id, None)
+            job = self.passages.drop(request.request_id)
             if job is not None:
-                self.warm_queue.push(job)  # nobody waits for it: later, at a quieter moment
+                self.passages.queue.push(job)  # nobody waits for it: later, at a quieter moment
                 continue
             self.stats.count_error(ErrorCode.BUSY.value)
             events.append(
@@ -596,7 +381,7 @@ class Engine:
             "passages_disk_tokens": spans.disk_used_tokens if spans is not None else 0,
             "passages_bytes": self.runner.span_bytes,
             "passages_disk_bytes": self.runner.span_disk_bytes,
-            "passages_queued": len(self.warm_queue) + len(self._warming),
+            "passages_queued": self.passages.queued,
             "grammar_tokens": self.runner.grammar_tokens,
             "grammar_resamples": self.runner.grammar_resamples,
             **self.stats.snapshot(),
@@ -609,66 +394,29 @@ class Engine:
     # --- one step ----------------------------------------------------------------------------
 
     def step(self) -> list[Event]:
-        self._start_warm()
+        self.passages.start()
         events = self._step()
-        for request in self.scheduler.warmed:
-            if self._warming.pop(request.request_id, None) is not None:
-                self.stats.passages_computed += 1
-        self.scheduler.warmed = []
-        if self._warming:  # the engine's own requests have no client to tell
-            events = [e for e in events if e.request_id not in self._warming]
+        self.passages.take_computed()
+        own = self.passages.computing
+        if own:  # the engine's own requests have no client to tell
+            events = [e for e in events if e.request_id not in own]
         return events
 
     def idle(self, now: float | None = None) -> None:
         """Nothing to do: take in the passages the documents' index lists (when due), drop
         those of deleted documents, and start computing queued passages' KV (background work,
         which gives way to every reply)."""
-        now = time.monotonic() if now is None else now
-        if self.passage_source is not None and now - self._last_sync >= SYNC_SECONDS:
-            self._last_sync = now
-            try:
-                self.sync_passages(self.passage_source(dict(self._synced)))
-            except Exception:  # the index is a hint: the next sync tries again
-                logger.exception("listing the documents' passages failed")
-        self._start_warm()
+        self.passages.sync_if_due(now)
+        self.passages.start()
         if not self.has_work:
             out = self.scheduler.take_pending()
             if out.kv_ops:
                 self.runner.execute(out)
 
     def sync_passages(self, sets: Sequence[PassageSet]) -> None:
-        """The index's passages of tenants whose documents changed: those not kept are queued
-        to be computed, those no document holds any more are dropped (with their files)."""
-        assert self.scheduler.spans is not None
-        for item in sets:
-            parts = self.runner.render_prompt([*item.opening, ChatMessage("user", "x")])
-            content = max(i for i, p in enumerate(parts) if not p.trusted)
-            anchor = self._anchor(parts[:content])
-
-            def key(text: str, anchor: list[int] = anchor) -> tuple[str, list[int]]:
-                part = PromptPart(text, False, passage=True)
-                tokens = self.runner.tokenize_parts([part], continuation=True)
-                return span_key(anchor, tokens), tokens
-
-            live = {key(text)[0] for text in item.live}
-            dropped = self.scheduler.forget_spans(item.tenant, live)
-            self.warm_queue.drop_tenant(item.tenant, live)
-            queued = 0
-            for text in item.warm:
-                k, tokens = key(text)
-                if len(tokens) < MIN_SPAN_TOKENS or self.scheduler.spans.get(item.tenant, k):
-                    continue
-                queued += self.warm_queue.push(
-                    WarmJob(item.tenant, k, tuple(anchor), tuple(tokens))
-                )
-            self._synced[item.tenant] = item.version
-            logger.info(
-                "passages of %s: %d in its documents, %d queued to compute, %d dropped",
-                item.tenant or "(no tenant)",
-                len(live),
-                queued,
-                dropped,
-            )
+        """Take in the index's passages of tenants whose documents changed
+        (`PromptPassages.sync`)."""
+        self.passages.sync(sets)
 
     def compute_passages(self, sets: Sequence[PassageSet], *, max_steps: int = 1_000_000) -> int:
         """Take in `sets` and compute every queued passage now, stepping the engine until none
@@ -676,40 +424,13 @@ class Engine:
         precomputed, as an idle engine would have). How many passages are kept then."""
         if self.scheduler.spans is None:
             return 0
-        self.sync_passages(sets)
+        self.passages.sync(sets)
         for _ in range(max_steps):
-            self._start_warm()
-            if not self._warming and not len(self.warm_queue):
+            self.passages.start()
+            if not self.passages.queued:
                 break
             self.step()
         return len(self.scheduler.spans)
-
-    def _start_warm(self) -> None:
-        """Queue the next passages to compute as the engine's own background requests: a few
-        at a time, so they never fill the queue that replies wait in."""
-        scheduler = self.scheduler
-        if scheduler.spans is None:
-            return
-        while len(self._warming) < WARM_AT_ONCE and len(scheduler.waiting) < (
-            scheduler.waiting.max_size // 2
-        ):
-            job = self.warm_queue.pop()
-            if job is None:
-                return
-            if scheduler.spans.get(job.tenant, job.key) is not None:
-                continue
-            request = Request(
-                f"{WARM_PREFIX}{next(self._warm_ids)}",
-                [*job.anchor, *job.tokens],
-                SamplingParams(max_tokens=1, temperature=0.0),
-                background=True,
-                tenant=job.tenant,
-                warm=Span(len(job.anchor), len(job.tokens), job.key),
-            )
-            if not scheduler.add(request):
-                self.warm_queue.push(job, urgent=True)
-                return
-            self._warming[request.request_id] = job
 
     def _step(self) -> list[Event]:
         started = time.perf_counter()
@@ -725,7 +446,7 @@ class Engine:
             decoding, self.scheduler.max_batch_tokens, idle=self.waits.idle_but_background()
         )
         out = self.scheduler.schedule()
-        self._track_saved(out)
+        self.kept.track_saved(out)
         for request in out.admitted:
             self._count_admission(request)
         if out.is_empty:
@@ -738,7 +459,7 @@ class Engine:
                     logger.exception("engine KV operations failed")
                     return events + self._fail_batch(out, str(exc))
                 else:
-                    self._count_placed(out)
+                    self.passages.count_placed(out)
             return events + self.waits.queue_events()
         try:
             sampled = self.runner.execute(out)
@@ -752,7 +473,7 @@ class Engine:
             return events + self._fail_batch(out, str(exc))
         decode_seconds = self.runner.last_decode_seconds
         events += self._grammar_overruns()  # before update: their tokens are not taken
-        self._count_placed(out)
+        self.passages.count_placed(out)
 
         advanced = self.scheduler.update(out, sampled)
         now = time.monotonic()
@@ -778,18 +499,6 @@ class Engine:
         if not self.has_work:
             self._set_limit()  # an idle engine takes no step: a yield ends now, not later
         return events
-
-    def _count_placed(self, out: SchedulerOutput) -> None:
-        """Passage tokens of this step's prompts: placed from precomputed KV, or computed."""
-        placed = sum(op.n_tokens for op in out.kv_ops if isinstance(op, PlaceSpan))
-        self.stats.placed_tokens += placed
-        self.stats.cached_tokens += placed
-        for chunk in out.prefills:
-            end = chunk.start + len(chunk.tokens)
-            for span in chunk.request.spans:
-                overlap = min(end, span.end) - max(chunk.start, span.start)
-                if overlap > 0:
-                    self.stats.passage_tokens_computed += overlap
 
     def _set_limit(self) -> None:
         """How many requests may run: the speed floor's limit, or the hard minimum's while the
@@ -824,7 +533,7 @@ class Engine:
                 for e in moved.spilled
             )
         if out.kv_ops:
-            self._track_saved(out)
+            self.kept.track_saved(out)
             self.runner.execute(out)
         host = self.scheduler.host
         return sum(e.on_disk for e in host.entries.values()) if host is not None else 0
@@ -846,11 +555,10 @@ class Engine:
             self.scheduler.restore_failed(seq_id, entry)
             if request is not None and request.spans:
                 # A passage whose KV could not be placed was forgotten: computed again once.
-                self._queue_missing(
+                self.passages.queue_missing(
                     request.tenant, request.prompt_tokens, request.anchor, request.spans
                 )
-            self._kept.pop(seq_id, None)
-            self._kept_saved.pop(entry, None)
+            self.kept.forget(seq_id, entry)
             self.stats.restore_failures += 1
         logger.warning("%s; recomputing instead", exc)
         return events
@@ -863,7 +571,7 @@ class Engine:
             stats.queue_wait.observe(max(0.0, request.admitted_at - request.since))
         if not request.background:
             self.waits.note_admitted(self.scheduler.to_compute(request))
-        # Passages placed in this step are counted once placed (`_count_placed`).
+        # Passages placed in this step are counted once placed (`PromptPassages.count_placed`).
         stats.cached_tokens += request.num_cached - request.num_placed
         stats.restored_tokens += request.num_restored
         stats.reused_tokens += request.num_cached - request.num_restored
@@ -929,7 +637,7 @@ class Engine:
         holds its entries)."""
         events = self._fail_batch(out, message, also=list(self.scheduler.running))
         self.scheduler.pool_lost()
-        self._kept.clear()
+        self.kept.forget_sequences()
         return events
 
     def _fail_batch(
@@ -985,7 +693,7 @@ class Engine:
         return events
 
     def _done(self, request: Request) -> Done:
-        self._keep_text(request)
+        self.kept.keep(request)
         self._forget(request)
         completion = len(request.output_tokens)
         if (

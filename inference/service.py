@@ -18,7 +18,8 @@ from django.conf import settings
 
 from inference import metrics, modelstore
 from inference.budget import HostTurns, Turn
-from inference.engine import Engine, PassageFinder, PassageSource
+from inference.engine import Engine
+from inference.prompt_passages import PassageFinder, PassageSource
 from inference.types import ChatMessage, Event
 from inference.worker import Submission
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from django.db import close_old_connections, connection
 
-from inference.engine import PassageSet
+from inference.prompt_passages import PassageSet
 from inference.types import ChatMessage
 from knowledge import prompt, turns
 from knowledge.models import Chunk, KnowledgeBase

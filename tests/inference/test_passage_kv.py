@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from inference.engine import WARM_PREFIX, Engine, PassageSet
+from inference.engine import Engine
+from inference.prompt_passages import WARM_PREFIX, PassageSet
 from inference.scheduler import PlaceSpan, SchedulerOutput
 from inference.types import ChatMessage, Delta, Done, Event, SamplingParams
 from tests.fakes import FakeRunner, encode, make_engine
@@ -324,7 +325,7 @@ def test_passages_are_computed_from_the_index_only_when_the_engine_is_idle() -> 
     assert text_of(events, "q") == "echo: hello"
     assert listed == [{}]
     assert engine.stats.passages_computed == 2
-    engine._last_sync = float("-inf")
+    engine.passages.last_sync = float("-inf")
     engine.idle()
     assert listed == [{}, {"acme": 7}]  # asked again with the version it has; nothing to do
     assert not engine.has_work

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from inference import kvblob
-from inference.engine import Engine, PassageSet
+from inference.engine import Engine
+from inference.prompt_passages import PassageSet
 from inference.runner import LlamaRunner
 from inference.types import ChatMessage, Delta, SamplingParams
 from knowledge import prompt

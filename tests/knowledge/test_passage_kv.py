@@ -37,7 +37,7 @@ def run(engine: Engine) -> list[object]:
     events: list[object] = []
     for _ in range(100_000):
         if not engine.has_work:
-            engine._last_sync = float("-inf")  # the tests do not wait for the sync interval
+            engine.passages.last_sync = float("-inf")  # the tests do not wait for the sync interval
             engine.idle()
             if not engine.has_work:
                 return events
