@@ -43,6 +43,44 @@ def test_a_passage_is_cut_into_sentences_lines_and_rows_with_their_offsets():
     assert found[0].context == "Travel policy / Hotels"
 
 
+def test_a_numbered_list_run_into_one_line_keeps_each_items_number_out_of_its_sentences():
+    # A PDF's text gives a numbered list as one line; a passage may end on the next item's
+    # number. Neither number is part of a sentence, nor a figure one holds.
+    text = (
+        "1. Submit the report in Ledgerline. 2. Reports approved by Tuesday 12:00 are paid in "
+        "that week's Thursday run. 3. Advances of up to EUR 800 can be requested. 4.\n"
+        "10) 共 12 张桌子\nThe cap is approx. 20 EUR. 2024 was a leap year.\n3.3 Lost devices"
+    )
+    found = split_passage(2, text, "Expenses / Payment")
+    assert [s.text for s in found] == [
+        "Submit the report in Ledgerline.",
+        "Reports approved by Tuesday 12:00 are paid in that week's Thursday run.",
+        "Advances of up to EUR 800 can be requested.",
+        "共 12 张桌子",
+        "The cap is approx. 20 EUR. 2024 was a leap year.",
+        "3.3 Lost devices",
+    ]
+    assert all(text[s.start : s.end] == s.text for s in found)
+
+
+def test_a_list_items_number_supports_no_figure_of_a_reply():
+    # "…following week's run. 3." once held the 3 of "within 3 working days".
+    question = "By when must my report be approved to make this week's payment?"
+    payment = (
+        "2. Reports fully approved by Tuesday 12:00 CET are paid in that week's Thursday run; "
+        "later approvals go into the following week's run. 3. Employees of the Shanghai entity "
+        "are reimbursed in CNY with the next monthly salary payment."
+    )
+    checked = evidence.check(
+        "Reports must be approved within 3 working days.",
+        question,
+        {1: (payment, "Expenses / 6. Payment")},
+        subject_of(question, {"report": 2, "approved": 2, "payment": 2}),
+    )
+    assert checked.verdict == evidence.UNSUPPORTED
+    assert [c.key for c in checked.unsupported] == ["3"]
+
+
 def test_claims_are_the_figures_identifiers_and_names_the_question_does_not_hold():
     found = evidence.claims(
         "Connect with FortiClient to vpn.nwrobotics.example [2]. Guests use NWR-Guest; the CFO "
