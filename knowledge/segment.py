@@ -32,6 +32,7 @@ STOPWORDS = frozenset(
     的 了 是 在 和 与 或 吗 呢 吧 啊 么 什么 怎么 怎样 如何 哪 哪些
     哪个 多少 几 我 我们 你 你们 他 她 它 请问 请 可以 能 会 要 需要
     有 没有 是否 一下 告诉 公司
+    按 从 向 对 把 被 给 为 于 以 由 及 并 将 跟 让
     """.split()  # noqa: SIM905 - a word list reads best as words
 )
 

@@ -45,6 +45,8 @@ WARNING_ZH = "\n\n*文档中没有依据：{claims}。为这个问题找到的�
 # A reply with no figure or name, adding at least `OFF_SUBJECT_WORDS` words to its question,
 # whose words come only from sentences about something else.
 OFF_SUBJECT_WORDS = 2
+# A passage's sentence of at least this many characters found whole in a reply was copied.
+COPIED_CHARACTERS = 12
 OFF_SUBJECT = (
     "\n\n*Not from a passage about this question: the documents' words it uses are about "
     "something else; check it before relying on it.*"
@@ -449,7 +451,7 @@ def evaluate(
             (suffix or own)
             and checked.echoed is None
             and len(citations.added_words(reply, question)) >= OFF_SUBJECT_WORDS
-            and not asking.answers_otherwise(reply)
+            and not asking.answers_otherwise(_without_copied(reply, passages))
         ):
             # The passages hold its words, but no sentence about the question does: "until
             # Christmas Eve" from the holiday table, asked about core hours on a Wednesday.
@@ -490,6 +492,17 @@ def evaluate(
         asked = f"几{checked.measure}" if asked_in_chinese else f"a count in “{checked.measure}”"
         suffix += template.format(asked=asked, claims=shown)
     return ReplyEvidence(suffix=suffix, record=record)
+
+
+def _without_copied(reply: str, passages: Mapping[int, tuple[str, str]]) -> str:
+    """`reply` without the passages' sentences it reads out word for word: a negation in a
+    sentence it copies ("…，不再发放餐补。", asked when business class is allowed) is the
+    passage's, not the reply answering "no"."""
+    for number, (text, context) in passages.items():
+        for sentence in split_passage(number, text, context):
+            if len(sentence.text) >= COPIED_CHARACTERS and sentence.text in reply:
+                reply = reply.replace(sentence.text, " ")
+    return reply
 
 
 def _word_quotes(

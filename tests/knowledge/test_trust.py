@@ -213,6 +213,38 @@ async def test_a_reply_whose_words_come_only_from_sentences_about_something_else
     await socket.disconnect()
 
 
+TRAVEL_ZH = """# 差旅
+
+## 机票
+
+单程飞行超过 9 小时的航班，按级别可以乘坐商务舱。
+
+## 餐补
+
+在办公室工作的员工每天有 35 元餐补。出差期间按差旅政策领取出差补贴，不再发放餐补。
+"""
+
+
+async def test_a_copied_sentence_about_something_else_is_warned_whatever_negation_it_holds(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # Asked when business class is allowed, the reply reads out the meal subsidy's sentence.
+    # Its "不再" is the passage's, not the reply answering "no", and the "按" it shares with
+    # the sentence about business class is a preposition, not a word it rests on.
+    reply = "出差期间按差旅政策领取出差补贴，不再发放餐补。"
+    use_engine(replying(reply))
+    await database_sync_to_async(upload)(tenant, "travel.md", TRAVEL_ZH)
+    socket = await connected_as(member)
+    frames = await ask(socket, "出差什么情况下可以坐商务舱？")
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["verdict"] == "not_found"
+    text, note = done["content"].split("\n\n")
+    assert text == reply
+    assert "讲的是别的事情" in note
+    assert not any(s["cited"] for s in done["sources"])
+    await socket.disconnect()
+
+
 PAYMENTS = """# Expenses
 
 ## Payment
