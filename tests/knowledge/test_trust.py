@@ -194,6 +194,20 @@ Christmas Eve and New Year's Eve are company days: the offices are closed.
 """
 
 
+async def off_subject_note(member: User, question: str, reply: str) -> str:
+    """Ask `question`, answered `reply`; assert that the reply stands uncited, marked as resting
+    on no passage about the question, and return that note."""
+    socket = await connected_as(member)
+    frames = await ask(socket, question)
+    done = of(frames, "reply.done")[0]["reply"]
+    await socket.disconnect()
+    assert done["verdict"] == "not_found"
+    text, note = str(done["content"]).split("\n\n")
+    assert text == reply
+    assert not any(s["cited"] for s in done["sources"])
+    return note
+
+
 async def test_a_reply_whose_words_come_only_from_sentences_about_something_else_is_warned(
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:
@@ -202,15 +216,10 @@ async def test_a_reply_whose_words_come_only_from_sentences_about_something_else
     reply = "On a Wednesday the offices are closed for meetings."
     use_engine(replying(reply))
     await database_sync_to_async(upload)(tenant, "remote-work.md", HOURS)
-    socket = await connected_as(member)
-    frames = await ask(socket, "On a Wednesday, must I be available for meetings?")
-    done = of(frames, "reply.done")[0]["reply"]
-    assert done["verdict"] == "not_found"
-    text, note = done["content"].split("\n\n")
-    assert text == reply
+    note = await off_subject_note(
+        member, "On a Wednesday, must I be available for meetings?", reply
+    )
     assert note.startswith("*Not from a passage about this question")
-    assert not any(s["cited"] for s in done["sources"])
-    await socket.disconnect()
 
 
 TRAVEL_ZH = """# 差旅
@@ -234,15 +243,8 @@ async def test_a_copied_sentence_about_something_else_is_warned_whatever_negatio
     reply = "出差期间按差旅政策领取出差补贴，不再发放餐补。"
     use_engine(replying(reply))
     await database_sync_to_async(upload)(tenant, "travel.md", TRAVEL_ZH)
-    socket = await connected_as(member)
-    frames = await ask(socket, "出差什么情况下可以坐商务舱？")
-    done = of(frames, "reply.done")[0]["reply"]
-    assert done["verdict"] == "not_found"
-    text, note = done["content"].split("\n\n")
-    assert text == reply
+    note = await off_subject_note(member, "出差什么情况下可以坐商务舱？", reply)
     assert "讲的是别的事情" in note
-    assert not any(s["cited"] for s in done["sources"])
-    await socket.disconnect()
 
 
 PAYMENTS = """# Expenses
