@@ -228,6 +228,25 @@ _MEASURE_AFTER = re.compile(
 )
 
 
+# The words that end what "how many" counts: a verb, a pronoun, a preposition.
+_AFTER_COUNTED = (
+    "do|does|did|can|could|are|is|was|were|will|would|should|may|might|must|have|has|had|"
+    "i|we|you|they|he|she|it|there|per|a|an|of|in|on|for|at|to|am|be|left|each|every"
+)
+_HOW_MANY = re.compile(
+    r"\bhow many\s+((?:[a-z][a-z'-]*\s+)*?)([a-z][a-z'-]*)"
+    rf"(?=\s+(?:{_AFTER_COUNTED})\b|\s*[?,.]|$)",
+    re.I,
+)
+
+
+def counted_noun(question: str) -> str | None:
+    """What an English question counts ("sessions" of "How many free counselling sessions do I
+    get?"): the unit of its answer, as "位" is of 几位; its other words say what is counted."""
+    match = _HOW_MANY.search(question)
+    return match.group(2).lower() if match else None
+
+
 def asked_measure(question: str) -> str | None:
     """The measure word a Chinese question counts in ("位" of "PIN 码要设几位"), or None."""
     match = _ASKS_MEASURE.search(_normal(question))

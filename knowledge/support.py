@@ -27,7 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from knowledge import answerability, citations, evidence, followups, index, services, subjects
+from knowledge import (
+    answerability,
+    citations,
+    evidence,
+    followups,
+    glossary,
+    index,
+    services,
+    subjects,
+)
 from knowledge import asked as asking
 from knowledge.access import PUBLIC, Reader, reader_for_session
 from knowledge.embeddings import get_embedder
@@ -188,6 +197,11 @@ def subject_of(
         weights[term] = weight * (0.5 if term in inherited else 1.0)
     nouns = _chinese_nouns(question)
     core = frozenset(t for t in terms if t not in inherited and _names(t, question, nouns))
+    # What a "how many" question counts is its answer's unit, as 位 is of 几位: a passage may
+    # count in another word ("6 次免费一对一心理咨询" for "how many free counselling sessions").
+    counted = asking.counted_noun(question)
+    if counted in core and len(core) > 1:
+        core = core - {counted}
     # "How far in advance do I have to request that?": still about working from the EU.
     carried = (
         frozenset(t for t in terms if t in inherited and _names(t, question, nouns))
@@ -255,6 +269,9 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
             {w for w in words(f"{s.context} {s.text}") if len(w) > 1 and not w.isdigit()}
             for s in sentences
         ]
+        # The dictionary first: a translation the embedder places too far (埃因霍温/Eindhoven).
+        for i, held in enumerate(per_sentence):
+            found[i] |= _translated(terms, held) - found[i]
         vocabulary = sorted(set().union(*per_sentence))
         if not vocabulary:
             return found
@@ -270,6 +287,22 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
         return [subject.with_parts(terms) for terms in found]
 
     return present
+
+
+def _translated(terms: Sequence[str], held: Collection[str]) -> set[str]:
+    """The `terms` a sentence holding the words `held` says in the other language, by the
+    dictionary (knowledge.glossary): 证明 in "…the A1 certificate…", "Eindhoven" in 埃因霍温."""
+    english = {glossary.stem(w) for w in held if w.isascii()}
+    chinese_words = [w for w in held if is_cjk(w[0])]
+    return {
+        t
+        for t in terms
+        if (
+            glossary.in_english(t, english)
+            if is_cjk(t[0])
+            else chinese_words and glossary.in_chinese(t, chinese_words)
+        )
+    }
 
 
 def chunk_context(chunk: Chunk) -> str:

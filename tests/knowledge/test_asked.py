@@ -127,3 +127,16 @@ def test_a_count_asked_in_a_measure_word_is_mismatched_only_by_figures_in_other_
     assert asked.mismatched_measure("6 位数字，18 层发放。", ["6", "18"], "位") == {}
     assert asked.mismatched_measure("需要 3 个人。", ["3"], "位") == {}
     assert asked.mismatched_measure("至少 8 个字符。", ["8"], "位") == {}
+
+
+@pytest.mark.parametrize(
+    ("question", "counted"),
+    [
+        ("How many free counselling sessions do I get per year?", "sessions"),
+        ("how many digits must a PIN have", "digits"),
+        ("How many laptops?", "laptops"),
+        ("What is the hotel cap in London?", None),
+    ],
+)
+def test_what_a_how_many_question_counts_is_its_last_word_before_the_verb(question, counted):
+    assert asked.counted_noun(question) == counted

@@ -75,3 +75,19 @@ def test_the_parts_of_a_chinese_word_are_present_with_it() -> None:
     assert {"笔记", "笔记本"} <= set(subjects.subject_terms(question))
     present = _present(question, "Report a lost or stolen laptop to the IT helpdesk at once.")
     assert {"笔记", "笔记本"} <= present
+
+
+def test_a_place_the_embedder_places_far_is_its_translation_by_the_dictionary() -> None:
+    # 埃因霍温 / Eindhoven: 0.37 by the embedder, further apart than Eindhoven / Munich (0.43).
+    question = "那如果是在埃因霍温入职呢？"
+    assert "埃因霍温" in _present(question, "In Eindhoven, arrival is at 09:00 at reception.")
+    assert "eindhoven" in _present(
+        "What time do I arrive on my first day in Eindhoven?", "在埃因霍温，报到时间是 09:00。"
+    )
+
+
+def test_a_chinese_term_is_found_where_every_word_of_one_of_its_senses_is() -> None:
+    # 加班 / overtime: 0.55 by the embedder; the dictionary's sense is "to work overtime".
+    question = "周末加班有补休吗？"
+    assert "加班" in _present(question, "Overtime work on a weekend is compensated with time off.")
+    assert "加班" not in _present(question, "Work on a weekend needs your manager's approval.")

@@ -71,6 +71,26 @@ async def test_a_supported_answer_is_cited_and_shows_the_sentence_it_rests_on(
     await socket.disconnect()
 
 
+async def test_a_count_given_in_another_unit_than_asked_is_supported(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # "How many … sessions" counts in sessions; the handbook counts appointments. What is
+    # counted (free counselling) is what the sentence must be about, not the unit.
+    use_engine(replying("You get 6 free counselling sessions a year."))
+    await database_sync_to_async(upload)(
+        tenant,
+        "benefits.md",
+        "# Benefits\n\n## Counselling\n\nEvery employee gets up to 6 free counselling "
+        "appointments per year, online or in person.\n\n## Gym\n\nThe gym is open from 7:00.\n",
+    )
+    socket = await connected_as(member)
+    frames = await ask(socket, "How many free counselling sessions do I get per year?")
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["verdict"] == "supported"
+    assert done["content"] == "You get 6 free counselling sessions a year. [1]"
+    await socket.disconnect()
+
+
 async def test_a_figure_from_the_wrong_sentence_is_warned_about_and_not_cited(
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:
