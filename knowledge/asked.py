@@ -168,7 +168,8 @@ def answers(asked: str, kinds: Iterable[str]) -> bool:
 # "无需") may give no figure and still answer: it is not said to give none.
 _NEGATION_OR_CONDITION = re.compile(
     r"\b(?:never|not|no|none|don't|doesn't|needn't|only when|only if|whenever|unless)\b|"
-    r"不|无需|无须|没有|只有|仅在|如果|除非",
+    r"\b(?:as needed|as required|depending on|depends on)\b|"
+    r"不|无需|无须|没有|只有|仅在|如果|除非|按需|按\w{0,4}需要|视(?:情况|需要)",
     re.I,
 )
 

@@ -75,6 +75,10 @@ _HEADING_NUMBER = re.compile(
 _IDENTIFIER = re.compile(
     r"[A-Za-z0-9]+(?:[.\-@_][A-Za-z0-9]+)+|[A-Za-z]*[a-z][A-Z][A-Za-z]*|\b[A-Z]{2,}[0-9]*\b"
 )
+_ACRONYM = re.compile(r"[A-Z]{2,4}")
+# The half of the day after a clock figure ("10:00 AM", "3 p.m."): a time's, not a name ("PM"
+# alone may be a project manager).
+_HALF_DAY = re.compile(r"(?<=\d)\s*(?:[AaPp]\.?[Mm]\.?)(?![A-Za-z])")
 _CAPITALISED = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-z]{2,}\b", re.M)
 # Words a reply capitalises without naming anything checkable.
 COMMON_NAMES = frozenset(
@@ -136,6 +140,7 @@ def names(text: str, is_common: Callable[[str], bool] | None = None) -> list[tup
     """(key, as written) for each identifier or name of `text`; a capitalised word that is an
     everyday word (`is_common`: Policy, Travel, Finance) is not a name."""
     found: dict[str, str] = {}
+    text = _HALF_DAY.sub(" ", text)
     for match in _IDENTIFIER.finditer(text):
         token = match.group(0)
         if not any(c.isalpha() for c in token) or token in COMMON_NAMES or not _identifier(token):
@@ -214,6 +219,9 @@ def sentence_keys(sentence: Sentence) -> set[str]:
 
 
 def holds(sentence: Sentence, claim: Claim, keys: set[str] | None = None) -> bool:
+    if claim.kind == NAME and _ACRONYM.fullmatch(claim.text):
+        # "IT" is no "it", "US" no "us": an acronym is held as written.
+        return re.search(rf"(?<![A-Za-z]){claim.text}(?![A-Za-z])", sentence.text) is not None
     keys = sentence_keys(sentence) if keys is None else keys
     if claim.key in keys:
         return True
@@ -477,9 +485,11 @@ def check(
     presence: Presence | None = None,
     thresholds: Thresholds | None = None,
     is_common: Callable[[str], bool] | None = None,
+    asked: str | None = None,
 ) -> Check:
     """Check `reply` to `question` against `passages` (number -> (text, context)): which claims
-    a sentence about the question holds, which none does, and what to quote."""
+    a sentence about the question holds, which none does, and what to quote. `asked`: the kind
+    of figure asked for, when the conversation says it and the question does not."""
     thresholds = thresholds or Thresholds()
     all_sentences = [s for n, (t, c) in sorted(passages.items()) for s in split_passage(n, t, c)]
     present = (presence or lexical_presence(subject_))(all_sentences) if all_sentences else []
@@ -524,7 +534,7 @@ def check(
         for c in claims(without_headings(reply, headed), question, is_common)
         if c.kind != NAME or not set(words(c.text)) <= titles
     ]
-    kind = asking.asked_kind(question)
+    kind = asked or asking.asked_kind(question)
     if not found:
         return Check(
             NOTHING_TO_CHECK,

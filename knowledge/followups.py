@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from knowledge.asked import asked_kind
 from knowledge.segment import words
 from knowledge.subjects import subject_terms
 
@@ -87,6 +88,24 @@ def inherited(question: str, earlier: Sequence[str]) -> list[str]:
     previous = standalone(earlier[-1], earlier[:-1])
     own = set(words(question))
     return [t for t in subject_terms(previous) if t not in own]
+
+
+# A question word: a question holding one asks something of its own.
+_ASKS = re.compile(
+    r"\b(?:what|which|how|when|where|who|whom|whose|why)\b|什么|几|多少|哪|怎么|怎样|如何|多久|何时|谁",
+    re.IGNORECASE,
+)
+
+
+def kind_asked(question: str, earlier: Sequence[str]) -> str | None:
+    """The kind of figure `question` asks for (knowledge.asked); for a follow-up that asks the
+    question before it again for another case, with no question word of its own ("And if the
+    trip is to Amsterdam instead?", "那如果是在埃因霍温入职呢？"), that question's kind."""
+    kind = asked_kind(question)
+    earlier = [q for q in earlier if q.strip()]
+    if kind is not None or not earlier or _ASKS.search(question) or not is_marked(question):
+        return kind
+    return kind_asked(earlier[-1], earlier[:-1])
 
 
 def standalone(question: str, earlier: Sequence[str]) -> str:

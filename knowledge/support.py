@@ -425,8 +425,10 @@ def evaluate(
     similarity: evidence.Similarity | None,
     replace: bool,
     asked_in_chinese: bool,
+    asked: str | None = None,
 ) -> ReplyEvidence:
-    """What a reply to `question` shows, given its conversation's passages."""
+    """What a reply to `question` shows, given its conversation's passages (`asked`: the kind
+    of figure the conversation asks for, `followups.kind_asked`)."""
     checked = evidence.check(
         reply,
         question,
@@ -435,6 +437,7 @@ def evaluate(
         similarity=similarity,
         presence=presence(subject),
         is_common=common_word,
+        asked=asked,
     )
     record: dict[str, Any] = {
         "verdict": checked.verdict,
@@ -600,6 +603,7 @@ def reply_evidence(
         asked_in_chinese=(
             chinese(question_message.content) if chinese_notes is None else chinese_notes
         ),
+        asked=followups.kind_asked(question_message.content, earlier),
     )
     # Passages of earlier questions the reply rests on are listed under it too.
     own = {p.number for p in passages if p.message_id == question_message.id}

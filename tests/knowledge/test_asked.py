@@ -93,6 +93,8 @@ def test_a_time_can_be_given_by_a_weekday_a_month_or_at_once_and_an_amount_by_a_
     # A negation or a condition answers without a figure: never said to give none.
     assert asked.answers_otherwise("Change it only when you suspect it was exposed.")
     assert asked.answers_otherwise("无需报告。")
+    assert asked.answers_otherwise("L2 内部级文件的保存期限是按业务需要。")  # a condition
+    assert asked.answers_otherwise("Keep them as long as needed, depending on the project.")
     assert not asked.answers_otherwise("VPN 连上以后多久会自动断开？")
     assert asked.asked_kind("And how often do I have to change it?") is None
     assert asked.gives(MONEY, "补卡收取五十元。")

@@ -7,7 +7,7 @@ import pytest
 
 from knowledge import evidence, subjects
 from knowledge.evidence import FIGURE, NAME
-from knowledge.sentences import split_passage
+from knowledge.sentences import Sentence, split_passage
 from knowledge.subjects import Subject
 
 HOTELS = (
@@ -95,6 +95,18 @@ def test_claims_are_the_figures_identifiers_and_names_the_question_does_not_hold
         ("nwr-guest", NAME),
         ("cfo", NAME),
     ]
+
+
+def test_the_half_of_the_day_is_no_name_a_reply_states():
+    found = evidence.claims("From 10:00 AM to 3 p.m., or 15:00PM; ask your PM", "Until when?")
+    assert [c.key for c in found] == ["10:00", "3", "15:00", "pm"]
+
+
+def test_an_acronym_is_held_as_written_not_as_the_word_it_spells():
+    (claim,) = evidence.claims("需要随身带 IT 服务台。", "需要随身带什么证明？")
+    assert (claim.key, claim.kind) == ("it", NAME)
+    assert not evidence.holds(Sentence(1, 0, 0, "Request it at least 4 weeks in advance."), claim)
+    assert evidence.holds(Sentence(1, 0, 0, "报告 IT 服务台，以便远程擦除数据。"), claim)
 
 
 def test_list_numbering_and_citation_marks_are_not_figures_a_reply_states():

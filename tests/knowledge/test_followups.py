@@ -3,8 +3,11 @@ answerability signals and decision (knowledge.answerability): pure functions."""
 
 from __future__ import annotations
 
+import pytest
+
 from knowledge import answerability, followups, subjects
 from knowledge.answerability import Signals
+from knowledge.asked import MONEY, TIME
 from knowledge.sentences import split_passage
 
 
@@ -116,3 +119,25 @@ def test_a_follow_up_points_back_by_a_pronoun_not_by_a_new_case() -> None:
     assert followups.points_back("它的有效期是多久？")
     assert not followups.points_back("And if the trip is to Amsterdam instead?")
     assert not followups.points_back("那 L2 内部级的呢？")
+
+
+@pytest.mark.parametrize(
+    ("question", "earlier", "kind"),
+    [
+        # The same question again for another case: its kind.
+        ("那如果是在埃因霍温入职呢？", ["在慕尼黑入职第一天几点到？"], TIME),
+        ("And if the trip is to Amsterdam instead?", ["How much can I spend on a hotel?"], MONEY),
+        # Two steps back, through a follow-up that asked again too.
+        ("And in Paris?", ["How much may a hotel in Munich cost?", "And in Hamburg?"], MONEY),
+        # A question word of its own: it asks something new.
+        ("And how often do I have to change it?", ["How long must my password be?"], None),
+        # Its own kind first.
+        ("And how much does it cost?", ["When does the gym open?"], MONEY),
+        # Not a follow-up: nothing carried over.
+        ("Is the canteen open on Saturdays?", ["How much is the hotel cap?"], None),
+    ],
+)
+def test_a_follow_up_that_asks_again_for_another_case_asks_for_the_same_kind(
+    question: str, earlier: list[str], kind: str | None
+) -> None:
+    assert followups.kind_asked(question, earlier) == kind
