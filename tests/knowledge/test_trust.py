@@ -325,6 +325,30 @@ async def test_a_follow_up_rests_on_the_passages_the_conversation_was_given(
     await socket.disconnect()
 
 
+async def test_a_follow_up_asking_again_for_another_case_is_warned_when_it_gives_no_figure(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # "And for London instead?" asks the first question's amount again: a reply that only
+    # restates the city gives none.
+    def reply_for(prompt: str) -> str:
+        if "London instead" in prompt.rsplit("Question:", 1)[-1]:
+            return "For London instead."
+        return "Most cities have a cap per night of EUR 160."
+
+    use_engine(FakeRunner(max_seq_tokens=4096, reply_for=reply_for))
+    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    socket = await connected_as(member)
+    first = of(await ask(socket, "How much may a hotel cost per night?"), "reply.done")[0]
+    session = (
+        await database_sync_to_async(Message.objects.get)(id=first["reply"]["id"])
+    ).session_id
+    frames = await ask(socket, "And for London instead?", str(session))
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["content"].startswith("For London instead.")
+    assert "the question asks for an amount of money, and the reply gives none" in done["content"]
+    await socket.disconnect()
+
+
 async def test_a_short_new_question_after_a_document_answer_is_not_taken_for_a_follow_up(
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:
