@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable
 from functools import lru_cache
 from importlib import resources
 
+from knowledge import subjects
 from knowledge.parsers.base import is_cjk
 
 _ASIDE = re.compile(r"\([^)]*\)|\[[^\]]*\]")
@@ -40,14 +41,9 @@ _lock = threading.Lock()
 
 
 def stem(word: str) -> str:
-    """An English word as compared: lower case, a plural's "s" and a final "e" aside (as
-    knowledge.subjects compares a question's words)."""
-    word = word.lower()
-    if len(word) >= 4 and word.endswith("s") and not word.endswith("ss"):
-        word = word[:-1]
-    if len(word) >= 4 and word.endswith("e"):
-        word = word[:-1]
-    return word
+    """An English word as compared: lower case, then as knowledge.subjects compares a
+    question's words (plural and -ly or -ing endings aside: "working" is "work")."""
+    return subjects.stem(word.lower())
 
 
 def _sense(text: str) -> frozenset[str] | None:

@@ -34,7 +34,7 @@ GENERIC = frozenset(
 )
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     """Latin-script words compared without their plural or -ly/-ing endings (hotel, hotels;
     nightly, night): enough for a question's subject, which is most often a noun."""
     if not word.isascii():
@@ -191,8 +191,8 @@ def lexical_presence(subject_: Subject) -> Presence:
         codes += [t for t in subject_.terms if len(t) == 1 and t.isalpha()]
         acronyms = [t for t in subject_.terms if 2 <= len(t) <= 4 and t.isascii() and t.isalpha()]
         for sentence in sentences_:
-            held = {_stem(w) for w in words(sentence.context) + words(sentence.text)}
-            found = {t for t in subject_.terms if _stem(t) in held and t not in codes}
+            held = {stem(w) for w in words(sentence.context) + words(sentence.text)}
+            found = {t for t in subject_.terms if stem(t) in held and t not in codes}
             text = f"{sentence.context}\n{sentence.text}"
             found |= {t for t in codes if _held_code(t, text)}
             found |= {t for t in acronyms if t not in found and _spelt_out(t, text)}
@@ -207,3 +207,50 @@ def _spelt_out(acronym: str, text: str) -> bool:
     "HR" in "Human Resources"."""
     pattern = r"\s+(?:(?:of|and|for|the|&)\s+)?".join(rf"{c.upper()}[a-z]+" for c in acronym)
     return re.search(rf"\b{pattern}\b", text) is not None
+
+
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_CN_DAYS = "一二三四五六日"
+_CN_WEEKDAY = re.compile(r"(?:星期|周|礼拜)([一二三四五六日天])")
+_MONTH = re.compile(
+    r"(?:january|february|march|april|may|june|july|august|september|october|november|"
+    r"december)|[一二三四五六七八九十]{1,2}月"
+)
+_EN_DAY = r"(mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?"
+_DAY_RANGE = re.compile(
+    rf"\b{_EN_DAY}\s*(?:-|–|—|to|through|till|until)\s*{_EN_DAY}|"
+    r"(?:星期|周|礼拜)([一二三四五六日天])\s*(?:至|到|-|–|—|~)\s*(?:星期|周|礼拜)?([一二三四五六日天])",
+    re.IGNORECASE,
+)
+
+
+def calendar_word(term: str) -> bool:
+    """A weekday or a month: one of a closed set whose members an embedder places close
+    together (Wednesday and Friday over 0.7)."""
+    return weekday(term) is not None or _MONTH.fullmatch(term) is not None
+
+
+def weekday(term: str) -> int | None:
+    """Monday 0 … Sunday 6, for a weekday's name (English, or 周三, 星期三, 礼拜三)."""
+    english = stem(term.lower())
+    for number, name in enumerate(_WEEKDAYS):
+        if english == stem(name):
+            return number
+    match = _CN_WEEKDAY.fullmatch(term)
+    return _CN_DAYS.index(match.group(1).replace("天", "日")) if match else None
+
+
+def in_day_range(term: str, text: str) -> bool:
+    """Whether `text` gives a range of days that holds the weekday `term` ("Monday to
+    Thursday" holds Wednesday, "周一至周五" holds 周三)."""
+    day = weekday(term)
+    if day is None:
+        return False
+    for match in _DAY_RANGE.finditer(text):
+        if match.group(1):
+            ends = [[d[:3] for d in _WEEKDAYS].index(g.lower()) for g in match.group(1, 2)]
+        else:
+            ends = [_CN_DAYS.index(g.replace("天", "日")) for g in match.group(3, 4)]
+        if ends[0] <= day <= ends[1]:
+            return True
+    return False
