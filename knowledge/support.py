@@ -272,9 +272,14 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
         # The dictionary first: a translation the embedder places too far (埃因霍温/Eindhoven).
         for i, held in enumerate(per_sentence):
             found[i] |= _translated(terms, held) - found[i]
+            found[i] |= {t for t in terms if subjects.in_day_range(t, sentences[i].text)}
+        # A weekday or a month is one of a closed set whose members the embedder places close
+        # together (Wednesday and Friday over 0.7): it is found as written, translated or in a
+        # range of days, never by the embedder.
+        terms = [t for t in terms if not subjects.calendar_word(t)]
         vocabulary = sorted(set().union(*per_sentence))
-        if not vocabulary:
-            return found
+        if not vocabulary or not terms:
+            return [subject.with_parts(terms) for terms in found]
         index = {w: i for i, w in enumerate(vocabulary)}
         similar = _embed_words(terms) @ _embed_words(vocabulary).T
         crossed = np.array([[is_cjk(t[0]) != is_cjk(w[0]) for w in vocabulary] for t in terms])

@@ -90,3 +90,15 @@ def test_words_that_name_the_form_of_the_answer_are_not_the_subject() -> None:
     assert subjects.subject_terms("How many days a week am I allowed to work from home?") == [
         "home"
     ]
+
+
+def test_a_weekday_is_in_a_range_of_days_that_holds_it() -> None:
+    assert subjects.in_day_range("wednesday", "Day: Monday to Thursday; Core hours: 10:00-15:00")
+    assert subjects.in_day_range("Tuesdays", "Open Mon–Fri, 9:00-17:00")
+    assert subjects.in_day_range("周三", "工作日（周一至周五）9:00 开门")
+    assert not subjects.in_day_range("friday", "Day: Monday to Thursday")
+    assert not subjects.in_day_range("saturday", "Mon-Fri")
+    assert not subjects.in_day_range("meeting", "Monday to Thursday")
+    assert subjects.calendar_word("三月")
+    assert subjects.calendar_word("march")
+    assert not subjects.calendar_word("marching")

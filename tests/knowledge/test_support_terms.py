@@ -91,3 +91,11 @@ def test_a_chinese_term_is_found_where_every_word_of_one_of_its_senses_is() -> N
     question = "周末加班有补休吗？"
     assert "加班" in _present(question, "Overtime work on a weekend is compensated with time off.")
     assert "加班" not in _present(question, "Work on a weekend needs your manager's approval.")
+
+
+def test_a_weekday_is_found_as_written_or_in_a_range_never_by_the_embedder() -> None:
+    question = "On a Wednesday, until when must I be available for meetings?"
+    # Wednesday and Friday are over 0.7 apart by the embedder: a holiday on a Friday is not it.
+    assert "wednesday" not in _present(question, "Date: Friday 20 June; Holiday: Founders' Day")
+    assert "wednesday" in _present(question, "Day: Monday to Thursday; Core hours: 10:00-15:00")
+    assert "wednesday" in _present(question, "Date: Wednesday 24 December; Holiday: Christmas Eve")
