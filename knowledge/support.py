@@ -441,7 +441,8 @@ def evaluate(
         subject,
         similarity=similarity,
         presence=presence(subject),
-        is_common=common_word,
+        # In a Chinese reply an English word is written to name something ("需要经过 Finance 审批").
+        is_common=None if chinese(reply) else common_word,
         asked=asked,
     )
     record: dict[str, Any] = {

@@ -91,6 +91,26 @@ async def test_a_count_given_in_another_unit_than_asked_is_supported(
     await socket.disconnect()
 
 
+async def test_an_everyday_english_word_a_chinese_reply_names_is_checked(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # Written in English inside a Chinese reply, "Finance" names a department: a claim the
+    # documents must hold (in an English reply it may be an everyday word). They do not.
+    use_engine(replying("需要经过 Finance 审批。"))
+    await database_sync_to_async(upload)(
+        tenant,
+        "expenses.md",
+        "# 报销\n\n## 审批\n\n报销单总额不超过 5,000 欧元的，由直属经理审批，"
+        "再由部门负责人审批。\n",
+    )
+    socket = await connected_as(member)
+    frames = await ask(socket, "报销单总额 3,000 欧元，要经过谁审批？")
+    done = of(frames, "reply.done")[0]["reply"]
+    assert done["verdict"] == "unsupported"
+    assert "文档中没有依据：Finance" in done["content"]
+    await socket.disconnect()
+
+
 async def test_a_figure_from_the_wrong_sentence_is_warned_about_and_not_cited(
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:
