@@ -52,6 +52,14 @@ def set_mode(tenant: Tenant, mode: str) -> None:
     KnowledgeBase.objects.update_or_create(tenant=tenant, defaults={"mode": mode})
 
 
+async def answer(member: User, question: str) -> dict[str, Any]:
+    """Ask `question` in a new conversation as `member`: the reply as `reply.done` gives it."""
+    socket = await connected_as(member)
+    frames = await ask(socket, question)
+    await socket.disconnect()
+    return dict(of(frames, "reply.done")[0]["reply"])
+
+
 async def test_a_supported_answer_is_cited_and_shows_the_sentence_it_rests_on(
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:
@@ -83,12 +91,9 @@ async def test_a_count_given_in_another_unit_than_asked_is_supported(
         "# Benefits\n\n## Counselling\n\nEvery employee gets up to 6 free counselling "
         "appointments per year, online or in person.\n\n## Gym\n\nThe gym is open from 7:00.\n",
     )
-    socket = await connected_as(member)
-    frames = await ask(socket, "How many free counselling sessions do I get per year?")
-    done = of(frames, "reply.done")[0]["reply"]
+    done = await answer(member, "How many free counselling sessions do I get per year?")
     assert done["verdict"] == "supported"
     assert done["content"] == "You get 6 free counselling sessions a year. [1]"
-    await socket.disconnect()
 
 
 async def test_an_everyday_english_word_a_chinese_reply_names_is_checked(
@@ -103,12 +108,9 @@ async def test_an_everyday_english_word_a_chinese_reply_names_is_checked(
         "# 报销\n\n## 审批\n\n报销单总额不超过 5,000 欧元的，由直属经理审批，"
         "再由部门负责人审批。\n",
     )
-    socket = await connected_as(member)
-    frames = await ask(socket, "报销单总额 3,000 欧元，要经过谁审批？")
-    done = of(frames, "reply.done")[0]["reply"]
+    done = await answer(member, "报销单总额 3,000 欧元，要经过谁审批？")
     assert done["verdict"] == "unsupported"
     assert "文档中没有依据：Finance" in done["content"]
-    await socket.disconnect()
 
 
 async def test_a_figure_from_the_wrong_sentence_is_warned_about_and_not_cited(
@@ -237,10 +239,7 @@ Christmas Eve and New Year's Eve are company days: the offices are closed.
 async def off_subject_note(member: User, question: str, reply: str) -> str:
     """Ask `question`, answered `reply`; assert that the reply stands uncited, marked as resting
     on no passage about the question, and return that note."""
-    socket = await connected_as(member)
-    frames = await ask(socket, question)
-    done = of(frames, "reply.done")[0]["reply"]
-    await socket.disconnect()
+    done = await answer(member, question)
     assert done["verdict"] == "not_found"
     text, note = str(done["content"]).split("\n\n")
     assert text == reply
