@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Collection, Iterable
+from collections.abc import Set as AbstractSet
 from functools import lru_cache
 from importlib import resources
 
@@ -91,11 +92,10 @@ def senses(word: str) -> tuple[frozenset[str], ...]:
     return senses_of(_dictionary().get(word, ()))
 
 
-def in_english(chinese_word: str, english_stems: Collection[str]) -> bool:
+def in_english(chinese_word: str, english_stems: AbstractSet[str]) -> bool:
     """Whether English text holding the words `english_stems` (`stem`) says `chinese_word`:
     every content word of one of its senses is there."""
-    held = set(english_stems)
-    return any(sense <= held for sense in senses(chinese_word))
+    return any(sense <= english_stems for sense in senses(chinese_word))
 
 
 def in_chinese(english_word: str, chinese_words: Collection[str]) -> bool:

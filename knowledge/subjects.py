@@ -183,19 +183,21 @@ Presence = Callable[[Sequence[Sentence]], list[set[str]]]
 
 def lexical_presence(subject_: Subject) -> Presence:
     """A term is present where the sentence or its heading uses the word (plural and -ly or
-    -ing endings aside)."""
+    -ing endings aside); a weekday also where the sentence gives a range of days holding it."""
 
     def present(sentences_: Sequence[Sentence]) -> list[set[str]]:
         out = []
         codes = [t for t in subject_.terms if _CODE_TERM.fullmatch(t) and not t.isalpha()]
         codes += [t for t in subject_.terms if len(t) == 1 and t.isalpha()]
         acronyms = [t for t in subject_.terms if 2 <= len(t) <= 4 and t.isascii() and t.isalpha()]
+        days = [t for t in subject_.terms if weekday(t) is not None]
         for sentence in sentences_:
             held = {stem(w) for w in words(sentence.context) + words(sentence.text)}
             found = {t for t in subject_.terms if stem(t) in held and t not in codes}
             text = f"{sentence.context}\n{sentence.text}"
             found |= {t for t in codes if _held_code(t, text)}
             found |= {t for t in acronyms if t not in found and _spelt_out(t, text)}
+            found |= {t for t in days if in_day_range(t, sentence.text)}
             out.append(subject_.with_parts(found))
         return out
 

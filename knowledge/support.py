@@ -271,8 +271,7 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
         ]
         # The dictionary first: a translation the embedder places too far (埃因霍温/Eindhoven).
         for i, held in enumerate(per_sentence):
-            found[i] |= _translated(terms, held) - found[i]
-            found[i] |= {t for t in terms if subjects.in_day_range(t, sentences[i].text)}
+            found[i] |= _translated(terms, held)
         # A weekday or a month is one of a closed set whose members the embedder places close
         # together (Wednesday and Friday over 0.7): it is found as written, translated or in a
         # range of days, never by the embedder.
