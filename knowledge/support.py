@@ -463,8 +463,13 @@ def evaluate(
         template = ABSENT_ZH if asked_in_chinese else ABSENT
         shown = ("、" if asked_in_chinese else ", ").join(checked.absent[:3])
         return ReplyEvidence(suffix=template.format(terms=shown), record=record)
+    # A reply whose only claims are names ("read the IT Security Standard on the Wiki") gives no
+    # figure either: asked how long a course takes, it has not said.
+    figureless = nothing or not any(
+        c.kind == evidence.FIGURE for c in (*checked.supported, *checked.unsupported)
+    )
     if (
-        nothing
+        figureless
         and checked.asked is not None
         and not citations.declines(reply)
         and not asking.gives(checked.asked, reply, question)

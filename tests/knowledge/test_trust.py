@@ -197,6 +197,31 @@ async def test_a_reply_that_gives_no_figure_of_the_kind_asked_for_is_warned_abou
     await socket.disconnect()
 
 
+COURSES = """# Onboarding
+
+## First week
+
+Start the Security Awareness e-learning (45 minutes) in Learnhub.
+
+Read the IT Security Standard in Learnhub.
+"""
+
+
+async def test_a_reply_that_only_names_things_where_a_time_was_asked_for_is_warned_about(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # Every name it gives is in a sentence about the course: it is still no answer to "how long".
+    reply = "Read the IT Security Standard in Learnhub."
+    use_engine(replying(reply))
+    await database_sync_to_async(upload)(tenant, "onboarding.md", COURSES)
+    done = await answer(member, "How long does the Security Awareness course take?")
+    assert done["verdict"] == "unsupported"
+    text, note = done["content"].split("\n\n")
+    assert text == reply  # not cited
+    assert note.startswith("*Not what was asked: the question asks for a time")
+    assert not any(s["cited"] for s in done["sources"])
+
+
 USB = """# 信息安全守则
 
 ## 移动存储
