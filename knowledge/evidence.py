@@ -392,17 +392,21 @@ def other_condition(sentence: Sentence, claim: Claim, asked: Sequence[tuple[floa
 
 
 def _speaking(
-    held: Mapping[int, set[str]], subject_: Subject, thresholds: Thresholds
+    held: Mapping[int, set[str]], subjects_: Mapping[int, Subject], thresholds: Thresholds
 ) -> dict[int, bool]:
     """Passage number -> whether its sentences together (`held`: the subject's terms each
-    passage holds) speak of the subject, as `Subject.spoken_of` asks of one sentence, cover
-    enough of it, and speak of what a follow-up pointing back carries over."""
-    return {
-        number: subject_.spoken_of(terms, thresholds.strong_share, thresholds.strong_missing)
-        and subject_.covered_by(terms) >= thresholds.coverage
-        and subject_.speaks_of_carried(terms, thresholds.strong_share)
-        for number, terms in held.items()
-    }
+    passage holds) speak of its subject (`subjects_`, per passage: `Subject.headed`), as
+    `Subject.spoken_of` asks of one sentence, cover enough of it, and speak of what a follow-up
+    pointing back carries over."""
+    out = {}
+    for number, terms in held.items():
+        subject_ = subjects_[number]
+        out[number] = (
+            subject_.spoken_of(terms, thresholds.strong_share, thresholds.strong_missing)
+            and subject_.covered_by(terms) >= thresholds.coverage
+            and subject_.speaks_of_carried(terms, thresholds.strong_share)
+        )
+    return out
 
 
 def _copied(said: Sentence, source: Sentence) -> bool:
@@ -491,13 +495,18 @@ def check(
     a sentence about the question holds, which none does, and what to quote. `asked`: the kind
     of figure asked for, when the conversation says it and the question does not."""
     thresholds = thresholds or Thresholds()
+    # Under a heading that names its topic by a word the question uses as a verb, that word is
+    # the subject too ("今年的免费体检最晚要在什么时候做完？" under "四、年度体检").
+    per_passage = {n: subject_.headed([c]) for n, (_, c) in passages.items()}
     all_sentences = [s for n, (t, c) in sorted(passages.items()) for s in split_passage(n, t, c)]
     present = (presence or lexical_presence(subject_))(all_sentences) if all_sentences else []
     scores = _scores(all_sentences, subject_, similarity, present)
     strong = subject_.strong(thresholds.strong_share)
     about = [
         is_about(score, thresholds)
-        and subject_.spoken_of(present[i], thresholds.strong_share, thresholds.strong_missing)
+        and per_passage[all_sentences[i].number].spoken_of(
+            present[i], thresholds.strong_share, thresholds.strong_missing
+        )
         for i, score in enumerate(scores)
     ]
     # A clause after "；" goes on with the sentence before it ("…每月另加 300 元远途通勤补贴；须在
@@ -516,7 +525,7 @@ def check(
             held[sentence.number], thresholds.strong_share
         ):
             about[i] = False
-    speaks = _speaking(held, subject_, thresholds)
+    speaks = _speaking(held, per_passage, thresholds)
     beside = _beside_about(all_sentences, about, speaks)
     closest = None
     if all_sentences:

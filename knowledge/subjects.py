@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from knowledge.segment import STOPWORDS, words
 from knowledge.sentences import Sentence
@@ -114,6 +114,17 @@ class Subject:
     # question before it: what it is still about. A passage about it speaks of them
     # (`speaks_of_carried`).
     carried: frozenset[str] = frozenset()
+    # The question's own Chinese words that jieba reads as verbs (体检, 停车, 登记): not core,
+    # unless a heading of the passages names its topic by one ("四、年度体检"): `headed`.
+    verbs: frozenset[str] = frozenset()
+
+    def headed(self, contexts: Collection[str]) -> Subject:
+        """This subject with the `verbs` that a passage's title or heading (`contexts`) uses
+        as core terms: there the word names what the section is about, as a noun would."""
+        named = {v for v in self.verbs if any(v in c for c in contexts)}
+        if self.core is None or not named:
+            return self
+        return replace(self, core=self.core | named)
 
     @property
     def total(self) -> float:

@@ -21,7 +21,7 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,7 +195,7 @@ def subject_of(
         says = CODE_INFORMATIVENESS if term in codes else informativeness(term)
         weight = says * min(1.0, max(0.05, rarity))
         weights[term] = weight * (0.5 if term in inherited else 1.0)
-    nouns = _chinese_nouns(question)
+    nouns = _chinese_words(question, _noun_tag)
     core = frozenset(t for t in terms if t not in inherited and _names(t, question, nouns))
     # What a "how many" question counts is its answer's unit, as 位 is of 几位: a passage may
     # count in another word ("6 次免费一对一心理咨询" for "how many free counselling sessions").
@@ -208,7 +208,9 @@ def subject_of(
         if followups.points_back(question)
         else frozenset()
     )
-    return subjects.Subject(weights, core, carried)
+    said = _chinese_words(question, lambda flag: flag == "v")
+    verbs = frozenset(t for t in terms if t not in inherited and t not in core and t in said)
+    return subjects.Subject(weights, core, carried, verbs)
 
 
 def _names(term: str, question: str, chinese_nouns: Sequence[str]) -> bool:
@@ -232,17 +234,18 @@ def names_a_thing(word: str, question: str = "") -> bool:
     return re.search(rf"\b{re.escape(word[:1].upper() + word[1:])}\b", question) is not None
 
 
-def _chinese_nouns(question: str) -> list[str]:
-    """The nouns and names jieba tags in a question (年金, 门禁卡, 安卓), read in context."""
+def _noun_tag(flag: str) -> bool:
+    return flag.startswith("n") or flag in ("vn", "eng")
+
+
+def _chinese_words(question: str, tagged: Callable[[str], bool]) -> list[str]:
+    """The words of a question whose jieba tag, read in context, is `tagged`: the nouns and
+    names (`_noun_tag`: 年金, 门禁卡, 安卓), or the verbs (体检, 停车)."""
     if not any(is_cjk(c) for c in question):
         return []
     import jieba.posseg
 
-    return [
-        pair.word
-        for pair in jieba.posseg.cut(question)
-        if pair.flag.startswith("n") or pair.flag in ("vn", "eng")
-    ]
+    return [pair.word for pair in jieba.posseg.cut(question) if tagged(pair.flag)]
 
 
 _words_kept = 50_000  # words' vectors kept per process (about 100 MB), least recently used out

@@ -222,6 +222,42 @@ async def test_a_reply_that_only_names_things_where_a_time_was_asked_for_is_warn
     assert not any(s["cited"] for s in done["sources"])
 
 
+CHECKUPS = """# 员工手册
+
+## 三、餐饮
+
+18 层茶水间提供免费咖啡、茶和饮用水。
+
+## 四、年度体检
+
+公司每年安排一次免费体检，合作机构为瑞康体检中心。
+
+标准套餐价值 1,200 元；年满 40 周岁的员工可选择深度套餐。
+
+今年须在 10 月 31 日前通过 PeopleHub 预约并完成，逾期视为自动放弃。
+
+## 五、培训
+
+公司为员工提供免费的英语和德语课程。
+"""
+
+
+async def test_a_heading_that_names_the_topic_by_a_verb_of_the_question_makes_it_the_subject(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # jieba reads 体检 as a verb, so the question's only noun is 免费, which the deadline's
+    # sentence lacks; under "四、年度体检" the health check is what the sentence is about.
+    use_engine(replying("免费体检最晚在 10 月 31 日前完成。"))
+    await database_sync_to_async(upload)(tenant, "福利.md", CHECKUPS)
+    done = await answer(member, "今年的免费体检最晚要在什么时候做完？")
+    assert done["verdict"] == "supported"
+    assert done["content"].endswith("[2]")
+    (source,) = [s for s in done["sources"] if s["cited"]]
+    assert [q["text"] for q in source["quotes"]] == [
+        "今年须在 10 月 31 日前通过 PeopleHub 预约并完成，逾期视为自动放弃。"
+    ]
+
+
 USB = """# 信息安全守则
 
 ## 移动存储
