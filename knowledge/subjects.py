@@ -26,6 +26,9 @@ GENERIC = frozenset(
     eur euro euros usd yuan rmb cny dollar dollars
     hostname hostnames url urls weekday weekdays software app apps application applications
     what's who's where's when's how's i'm i've i'd i'll we're am
+    don't doesn't didn't can't cannot won't isn't aren't wasn't haven't hasn't shouldn't
+    wouldn't couldn't mustn't once unless whenever whether while although though because
+    her hers him his us myself yourself himself herself ourselves themselves
     towards toward until during under within without between after before against via
     多少 几 几天 多久 多长 什么 时候 哪里 哪儿 怎么办 规定 员工 公司 可以 需要 允许
     时间 长时间 多长时间 几点 几位 多远 多大 多高 多重

@@ -31,6 +31,15 @@ def test_contractions_the_measure_after_how_and_currency_names_are_not_the_subje
     assert subjects.subject_terms("On which weekday are expenses paid?") == ["expenses"]
 
 
+def test_negated_verbs_conjunctions_and_pronouns_are_not_the_subject() -> None:
+    # "once" and "don't" were the question's strong terms, absent from every passage.
+    assert subjects.subject_terms(
+        "Once I've put in a leave request, how long does my manager have to decide?"
+    ) == ["put", "leave", "request", "manager", "decide"]
+    assert subjects.subject_terms("And if they don't answer in time?") == ["answer"]
+    assert "her" not in subjects.subject_terms("How many days can I take off to look after her?")
+
+
 def test_a_sentence_speaks_of_the_strongest_term_and_may_lack_a_little_of_the_rest() -> None:
     # The booking tool's name is not in the sentence that holds the rule about hotels' own
     # websites: it lacks a quarter of the strong terms' weight, and still speaks of them.
