@@ -263,9 +263,11 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
 
     def present(sentences: Sequence[Sentence]) -> list[set[str]]:
         found = lexical(sentences)
-        # A word of two or three Latin letters (EU, HR, PC) is next to nothing to the embedder:
-        # it found "EU" in "Request it…". Such a term is looked for as written, or spelt out.
-        terms = [t for t in subject.terms if not (t.isascii() and len(t) <= 3)]
+        # An acronym of two or three Latin letters (EU, HR, PC) is next to nothing to the
+        # embedder: it found "EU" in "Request it…". Such a term is looked for as written, or
+        # spelt out. A short word the lexicon knows (ill, gym, car) is a word like any other:
+        # "ill" is "sick" (0.85).
+        terms = [t for t in subject.terms if not (t.isascii() and len(t) <= 3 and not _lexical(t))]
         if not terms or not sentences:
             return found
         per_sentence = [
@@ -294,6 +296,13 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
         return [subject.with_parts(terms) for terms in found]
 
     return present
+
+
+def _lexical(word: str) -> bool:
+    """Whether the lexicon knows `word` as an English word (ill, gym, tax; not EU, HR, VPN)."""
+    from lemminflect import getAllLemmas
+
+    return bool(getAllLemmas(word))
 
 
 def _translated(terms: Sequence[str], held: Collection[str]) -> set[str]:

@@ -59,6 +59,13 @@ def test_a_short_latin_term_is_found_as_written_or_spelt_out_not_by_the_embedder
     assert "eu" in _present(question, "Working from an EU member state is allowed.")
 
 
+def test_a_short_word_the_lexicon_knows_is_found_by_the_embedder() -> None:
+    # "ill" has three letters, like an acronym, but it is a word: "sick" says it (0.85).
+    question = "My 8-year-old is ill and has to stay home. How many paid days can I take?"
+    assert "ill" in _present(question, "When a child under 12 is sick and needs care at home.")
+    assert "ill" not in _present(question, "Remote days cannot be saved up for later weeks.")
+
+
 def test_a_chinese_place_and_its_english_name_are_one_term() -> None:
     # 慕尼黑 / Munich: 0.605 by the embedder; 前台 / reception 0.612 (the threshold is 0.60).
     present = _present(
