@@ -271,7 +271,9 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
         if not terms or not sentences:
             return found
         per_sentence = [
-            {w for w in words(f"{s.context} {s.text}") if len(w) > 1 and not w.isdigit()}
+            _with_singulars(
+                {w for w in words(f"{s.context} {s.text}") if len(w) > 1 and not w.isdigit()}
+            )
             for s in sentences
         ]
         # The dictionary first: a translation the embedder places too far (埃因霍温/Eindhoven).
@@ -296,6 +298,18 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
         return [subject.with_parts(terms) for terms in found]
 
     return present
+
+
+def _with_singulars(held: set[str]) -> set[str]:
+    """`held` with the singular of each English plural: the embedder places a word nearer its
+    singular's neighbours ("fly" is 0.81 from "flight", 0.67 from the heading's "Flights")."""
+    from lemminflect import getLemma
+
+    singulars = set()
+    for word in held:
+        if word.isascii() and word.endswith("s") and len(word) > 3:
+            singulars.update(getLemma(word, upos="NOUN", lemmatize_oov=False))
+    return held | singulars
 
 
 def _lexical(word: str) -> bool:

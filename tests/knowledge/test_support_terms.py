@@ -66,6 +66,14 @@ def test_a_short_word_the_lexicon_knows_is_found_by_the_embedder() -> None:
     assert "ill" not in _present(question, "Remote days cannot be saved up for later weeks.")
 
 
+def test_a_term_is_found_in_the_singular_of_a_plural_the_sentence_holds() -> None:
+    # "fly" is 0.67 from "Flights" by the embedder and 0.81 from "flight".
+    question = "How many bags can I check in when I fly to a customer?"
+    sentence = "Field service technicians may check up to two bags plus tool cases."
+    assert "fly" in _present(question, sentence, "Travel Policy / 4.1 Flights")
+    assert "fly" not in _present(question, sentence, "Travel Policy / 5. Hotels")
+
+
 def test_a_chinese_place_and_its_english_name_are_one_term() -> None:
     # 慕尼黑 / Munich: 0.605 by the embedder; 前台 / reception 0.612 (the threshold is 0.60).
     present = _present(
