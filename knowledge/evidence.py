@@ -398,7 +398,7 @@ def _speaking(
     passage holds) speak of its subject (`subjects_`, per passage: `Subject.headed`), as
     `Subject.spoken_of` asks of one sentence, cover enough of it, and speak of what a follow-up
     pointing back carries over."""
-    out = {}
+    out: dict[int, bool] = {}
     for number, terms in held.items():
         subject_ = subjects_[number]
         out[number] = (
@@ -497,7 +497,7 @@ def check(
     thresholds = thresholds or Thresholds()
     # Under a heading that names its topic by a word the question uses as a verb, that word is
     # the subject too ("今年的免费体检最晚要在什么时候做完？" under "四、年度体检").
-    per_passage = {n: subject_.headed([c]) for n, (_, c) in passages.items()}
+    per_passage = {n: subject_.headed(c) for n, (_, c) in passages.items()}
     all_sentences = [s for n, (t, c) in sorted(passages.items()) for s in split_passage(n, t, c)]
     present = (presence or lexical_presence(subject_))(all_sentences) if all_sentences else []
     scores = _scores(all_sentences, subject_, similarity, present)

@@ -118,14 +118,17 @@ class Subject:
     # (`speaks_of_carried`).
     carried: frozenset[str] = frozenset()
     # The question's own Chinese words that jieba reads as verbs (体检, 停车, 登记): not core,
-    # unless a heading of the passages names its topic by one ("四、年度体检"): `headed`.
+    # unless a passage's heading names its topic by one ("四、年度体检"): `headed`.
     verbs: frozenset[str] = frozenset()
 
-    def headed(self, contexts: Collection[str]) -> Subject:
-        """This subject with the `verbs` that a passage's title or heading (`contexts`) uses
-        as core terms: there the word names what the section is about, as a noun would."""
-        named = {v for v in self.verbs if any(v in c for c in contexts)}
-        if self.core is None or not named:
+    def headed(self, context: str) -> Subject:
+        """This subject with the `verbs` that a passage's document title or headings
+        (`context`) use, as core terms: there the word names what the section is about, as a
+        noun would."""
+        if self.core is None or not self.verbs:
+            return self
+        named = self.verbs & set(words(context))
+        if not named:
             return self
         return replace(self, core=self.core | named)
 

@@ -21,7 +21,7 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,7 +195,8 @@ def subject_of(
         says = CODE_INFORMATIVENESS if term in codes else informativeness(term)
         weight = says * min(1.0, max(0.05, rarity))
         weights[term] = weight * (0.5 if term in inherited else 1.0)
-    nouns = _chinese_words(question, _noun_tag)
+    tagged = _chinese_tags(question)
+    nouns = [word for word, flag in tagged if _noun_tag(flag)]
     core = frozenset(t for t in terms if t not in inherited and _names(t, question, nouns))
     # What a "how many" question counts is its answer's unit, as 位 is of 几位: a passage may
     # count in another word ("6 次免费一对一心理咨询" for "how many free counselling sessions").
@@ -208,7 +209,7 @@ def subject_of(
         if followups.points_back(question)
         else frozenset()
     )
-    said = _chinese_words(question, lambda flag: flag == "v")
+    said = {word for word, flag in tagged if flag == "v"}
     verbs = frozenset(t for t in terms if t not in inherited and t not in core and t in said)
     return subjects.Subject(weights, core, carried, verbs)
 
@@ -238,14 +239,14 @@ def _noun_tag(flag: str) -> bool:
     return flag.startswith("n") or flag in ("vn", "eng")
 
 
-def _chinese_words(question: str, tagged: Callable[[str], bool]) -> list[str]:
-    """The words of a question whose jieba tag, read in context, is `tagged`: the nouns and
-    names (`_noun_tag`: 年金, 门禁卡, 安卓), or the verbs (体检, 停车)."""
+def _chinese_tags(question: str) -> list[tuple[str, str]]:
+    """(word, jieba tag) for each word of a question, read in context: nouns and names
+    (`_noun_tag`: 年金, 门禁卡, 安卓), verbs ("v": 体检, 停车)."""
     if not any(is_cjk(c) for c in question):
         return []
     import jieba.posseg
 
-    return [pair.word for pair in jieba.posseg.cut(question) if tagged(pair.flag)]
+    return [(pair.word, pair.flag) for pair in jieba.posseg.cut(question)]
 
 
 _words_kept = 50_000  # words' vectors kept per process (about 100 MB), least recently used out
@@ -265,9 +266,9 @@ def presence(subject: subjects.Subject) -> subjects.Presence:
         found = lexical(sentences)
         # An acronym of two or three Latin letters (EU, HR, PC) is next to nothing to the
         # embedder: it found "EU" in "Request it…". Such a term is looked for as written, or
-        # spelt out. A short word the lexicon knows (ill, gym, car) is a word like any other:
-        # "ill" is "sick" (0.85).
-        terms = [t for t in subject.terms if not (t.isascii() and len(t) <= 3 and not _lexical(t))]
+        # spelt out. A three-letter word (ill, gym, car) is a word like any other: "ill" is
+        # "sick" (0.85).
+        terms = [t for t in subject.terms if not (t.isascii() and len(t) <= 3 and not _word(t))]
         if not terms or not sentences:
             return found
         per_sentence = [
@@ -305,18 +306,20 @@ def _with_singulars(held: set[str]) -> set[str]:
     singular's neighbours ("fly" is 0.81 from "flight", 0.67 from the heading's "Flights")."""
     from lemminflect import getLemma
 
-    singulars = set()
+    singulars: set[str] = set()
     for word in held:
         if word.isascii() and word.endswith("s") and len(word) > 3:
             singulars.update(getLemma(word, upos="NOUN", lemmatize_oov=False))
     return held | singulars
 
 
-def _lexical(word: str) -> bool:
-    """Whether the lexicon knows `word` as an English word (ill, gym, tax; not EU, HR, VPN)."""
+def _word(term: str) -> bool:
+    """Whether a short Latin term is a word rather than an acronym: three letters the lexicon
+    knows (ill, gym, tax; not VPN, CEO). Two letters never are: the lexicon knows "it", "id"
+    and "ai", which a question writes as acronyms (IT, ID, AI)."""
     from lemminflect import getAllLemmas
 
-    return bool(getAllLemmas(word))
+    return len(term) == 3 and bool(getAllLemmas(term))
 
 
 def _translated(terms: Sequence[str], held: Collection[str]) -> set[str]:
@@ -489,13 +492,14 @@ def evaluate(
         template = ABSENT_ZH if asked_in_chinese else ABSENT
         shown = ("、" if asked_in_chinese else ", ").join(checked.absent[:3])
         return ReplyEvidence(suffix=template.format(terms=shown), record=record)
-    # A reply whose only claims are names ("read the IT Security Standard on the Wiki") gives no
-    # figure either: asked how long a course takes, it has not said.
-    figureless = nothing or not any(
-        c.kind == evidence.FIGURE for c in (*checked.supported, *checked.unsupported)
+    # A reply whose only claims are names, all held ("read the IT Security Standard on the
+    # Wiki"), gives no figure either: asked how long a course takes, it has not said. (A name no
+    # sentence holds is warned about, or replaced, as any unsupported claim is, below.)
+    names_only = checked.verdict == evidence.SUPPORTED and not any(
+        c.kind == evidence.FIGURE for c in checked.supported
     )
     if (
-        figureless
+        (nothing or names_only)
         and checked.asked is not None
         and not citations.declines(reply)
         and not asking.gives(checked.asked, reply, question)
@@ -505,6 +509,7 @@ def evaluate(
         # for: a restated question, "by the end of the leave year" for "31 March".
         record["verdict"] = evidence.UNSUPPORTED
         record["missing"] = checked.asked
+        record["quotes"] = {}  # nothing it says answers the question: no passage is cited
         names = KINDS_ZH if asked_in_chinese else KINDS
         template = NO_ANSWER_ZH if asked_in_chinese else NO_ANSWER
         return ReplyEvidence(suffix=template.format(asked=names[checked.asked]), record=record)

@@ -118,9 +118,9 @@ def test_a_verb_of_the_question_is_core_where_a_heading_names_its_topic_by_it() 
     question = Subject({"免费": 0.6, "体检": 1.7, "最晚": 2.3}, core=frozenset({"免费"}))
     asked = Subject(question.terms, question.core, verbs=frozenset({"体检"}))
     assert asked.strong(0.5) == {"免费"}
-    headed = asked.headed(["员工手册 / 四、年度体检"])
+    headed = asked.headed("员工手册 / 四、年度体检")
     assert headed.strong(0.5) == {"体检"}
     assert headed.spoken_of({"体检"}, 0.5, 0.25)
-    assert asked.headed(["员工手册 / 三、餐饮补贴"]) is asked
+    assert asked.headed("员工手册 / 三、餐饮补贴") is asked
     # A question with no core (every term counts) has nothing to add.
-    assert Subject(question.terms, verbs=frozenset({"体检"})).headed(["四、年度体检"]).core is None
+    assert Subject(question.terms, verbs=frozenset({"体检"})).headed("四、年度体检").core is None

@@ -203,7 +203,7 @@ COURSES = """# Onboarding
 
 Start the Security Awareness e-learning (45 minutes) in Learnhub.
 
-Read the IT Security Standard in Learnhub.
+Read the IT Security Standard in Learnhub before the Security Awareness course.
 """
 
 
@@ -211,15 +211,28 @@ async def test_a_reply_that_only_names_things_where_a_time_was_asked_for_is_warn
     member: User, tenant: Tenant, upload: Upload, use_engine: Any
 ) -> None:
     # Every name it gives is in a sentence about the course: it is still no answer to "how long".
-    reply = "Read the IT Security Standard in Learnhub."
+    reply = "Read the IT Security Standard in Learnhub. [1]"
     use_engine(replying(reply))
     await database_sync_to_async(upload)(tenant, "onboarding.md", COURSES)
     done = await answer(member, "How long does the Security Awareness course take?")
     assert done["verdict"] == "unsupported"
     text, note = done["content"].split("\n\n")
-    assert text == reply  # not cited
+    assert text == reply
     assert note.startswith("*Not what was asked: the question asks for a time")
-    assert not any(s["cited"] for s in done["sources"])
+    assert not any(s["cited"] or s["quotes"] for s in done["sources"])
+
+
+async def test_documents_only_replaces_a_reply_whose_names_no_sentence_holds(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # A name the documents never give is an unsupported claim like a figure, not "no time".
+    use_engine(replying("Ask the Hogwarts helpdesk."))
+    await database_sync_to_async(upload)(tenant, "onboarding.md", COURSES)
+    await set_mode(tenant, KnowledgeBase.Mode.ONLY)
+    done = await answer(member, "How long does the Security Awareness course take?")
+    assert done["verdict"] == "replaced"
+    assert done["content"].startswith("The documents don't say this. The closest they come is: “")
+    assert "Hogwarts" not in done["content"]
 
 
 CHECKUPS = """# 员工手册
