@@ -37,7 +37,7 @@ from knowledge import asked as asking
 from knowledge.quantities import DASHES, cn_value, outside, quantities
 from knowledge.segment import STOPWORDS, words
 from knowledge.sentences import Sentence, split_passage
-from knowledge.subjects import CODE, Presence, Subject, lexical_presence
+from knowledge.subjects import CODE, Presence, Subject, lexical_presence, stem
 
 # --- claims -------------------------------------------------------------------------------
 
@@ -192,14 +192,15 @@ def claims(
     Chinese phrasing — 一次, 一个 — to be a claim)."""
     reply = without_marks(reply)
     asked_figures = {key for key, _ in figures(question)}
-    asked_words = set(words(question))
+    # As the question words them, or in another number ("on Wednesdays" for "On a Wednesday").
+    asked_words = {stem(w) for w in words(question)}
     out: dict[str, Claim] = {}
     for key, written in figures(reply):
         if key not in asked_figures and written != "一":
             out.setdefault(key, Claim(key, written, FIGURE))
     for key, written in names(reply, is_common):
-        parts = set(words(written))
-        if key in asked_words or (parts and parts <= asked_words):
+        parts = {stem(w) for w in words(written)}
+        if stem(key) in asked_words or (parts and parts <= asked_words):
             continue
         if key in out or any(key in c.key for c in out.values()):
             continue

@@ -97,6 +97,15 @@ def test_claims_are_the_figures_identifiers_and_names_the_question_does_not_hold
     ]
 
 
+def test_a_name_the_question_gives_in_another_number_is_no_claim():
+    # "On a Wednesday" asked, "on Wednesdays" answered: the reply states no weekday of its own.
+    found = evidence.claims(
+        "On Wednesdays, core hours are from 10:00 to 15:00.", "On a Wednesday, until when?"
+    )
+    assert [c.key for c in found] == ["10:00", "15:00"]
+    assert [c.key for c in evidence.claims("Also on Fridays.", "On a Wednesday?")] == ["fridays"]
+
+
 def test_the_half_of_the_day_is_no_name_a_reply_states():
     found = evidence.claims("From 10:00 AM to 3 p.m., or 15:00PM; ask your PM", "Until when?")
     assert [c.key for c in found] == ["10:00", "3", "15:00", "pm"]
