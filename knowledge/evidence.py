@@ -290,6 +290,9 @@ class Check:
     # For a reply with nothing to check: the sentence about the question that holds the words
     # it adds to the question ("Thursday", "机密"), its answer in the documents' words.
     echoed: Sentence | None = None
+    # When `echoed` is a table row whose words the reply takes from another column than the one
+    # the question names (L4's rule, asked about L3): that column's header.
+    other_column: str | None = None
 
     @property
     def cited(self) -> list[int]:
@@ -374,6 +377,33 @@ def other_cell(
         any(heads[j] > heads[i] and _siblings(row[i][0], row[j][0]) for j in range(len(row)))
         for i in holding
     )
+
+
+def _other_column(
+    reply: str,
+    question: str,
+    sentence: Sentence,
+    presence: Presence,
+    core: Collection[str] | None,
+) -> str | None:
+    """The header of the column of the table row `sentence` that holds most of the words
+    `reply` adds to `question`, when a sibling column's header names more of the question
+    (`other_cell`'s rule for words rather than a figure): "交信息安全办公室统一销毁并记录", L4's
+    way of destroying a file, asked about L3. None otherwise."""
+    row = cells(sentence.text)
+    if row is None:
+        return None
+    added = set(words(reply)) - set(words(question)) - STOPWORDS
+    shared = [len(added & set(words(value))) for _, value in row]
+    best = max(range(len(row)), key=lambda i: shared[i])
+    if shared[best] < 2:
+        return None
+    heads = presence([Sentence(sentence.number, 0, 0, header) for header, _ in row])
+    if core is not None:
+        heads = [held & set(core) for held in heads]
+    if any(heads[j] > heads[best] and _siblings(row[best][0], row[j][0]) for j in range(len(row))):
+        return row[best][0]
+    return None
 
 
 def other_condition(sentence: Sentence, claim: Claim, asked: Sequence[tuple[float, str]]) -> bool:
@@ -546,12 +576,20 @@ def check(
     ]
     kind = asked or asking.asked_kind(question)
     if not found:
+        echoed = _echoed(reply, question, all_sentences, about, scores)
         return Check(
             NOTHING_TO_CHECK,
             closest=closest,
             absent=absent,
             asked=kind,
-            echoed=_echoed(reply, question, all_sentences, about, scores),
+            echoed=echoed,
+            other_column=(
+                None
+                if echoed is None
+                else _other_column(
+                    reply, question, echoed, presence or lexical_presence(subject_), subject_.core
+                )
+            ),
         )
     keys = [sentence_keys(s) for s in all_sentences]
     measure = None if kind else asking.asked_measure(question)

@@ -71,6 +71,15 @@ NO_ANSWER = (
     "\n\n*Not what was asked: the question asks for {asked}, and the reply gives none. Check "
     "the documents before relying on it.*"
 )
+# A reply with nothing to check whose words a table row gives under another column than the
+# question names (`evidence.Check.other_column`).
+OTHER_COLUMN = (
+    "\n\n*Not what was asked: the documents say this under “{column}”, not under what the "
+    "question asks about. Check it before relying on it.*"
+)
+OTHER_COLUMN_ZH = (
+    "\n\n*可能答非所问：文档中这是“{column}”一栏的规定，不是所问的那一项，请核实后再使用。*"
+)
 NO_ANSWER_ZH = "\n\n*可能答非所问：问题问的是{asked}，回答中没有给出，请核实文档后再使用。*"
 KINDS = {
     asking.TIME: "a time or a number of days",
@@ -492,6 +501,12 @@ def evaluate(
         template = ABSENT_ZH if asked_in_chinese else ABSENT
         shown = ("、" if asked_in_chinese else ", ").join(checked.absent[:3])
         return ReplyEvidence(suffix=template.format(terms=shown), record=record)
+    if nothing and checked.other_column is not None and not citations.declines(reply):
+        # Its words are a table's, from another column than asked: L4's rule for an L3 file.
+        record["verdict"] = evidence.UNSUPPORTED
+        record["other_column"] = checked.other_column
+        template = OTHER_COLUMN_ZH if asked_in_chinese else OTHER_COLUMN
+        return ReplyEvidence(suffix=template.format(column=checked.other_column), record=record)
     # A reply whose only claims are names, all held ("read the IT Security Standard on the
     # Wiki"), gives no figure either: asked how long a course takes, it has not said. (A name no
     # sentence holds is warned about, or replaced, as any unsupported claim is, below.)

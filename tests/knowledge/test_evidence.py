@@ -348,6 +348,26 @@ FLIGHTS = (
 )
 
 
+DESTRUCTION = (
+    "要求: 销毁; L1 公开: 普通回收; L2 内部: 普通回收; L3 机密: 碎纸机（P-4 级及以上）; "
+    "L4 绝密: 交信息安全办公室统一销毁并记录"
+)
+
+
+def test_words_of_another_column_of_the_row_are_not_the_answer() -> None:
+    # No figure to check: the reply reads out L4's rule, asked about an L3 file.
+    question = "L3 机密级的纸质文件要怎么销毁？"
+    subject_ = subject_of(question, {"l3": 4, "机密": 3, "销毁": 3})
+    passages = {1: (DESTRUCTION, "信息安全守则 / 各级别的处理要求")}
+    checked = evidence.check("应该交信息安全办公室统一销毁并记录。", question, passages, subject_)
+    assert checked.verdict == evidence.NOTHING_TO_CHECK
+    assert checked.other_column == "L4 绝密"
+    # Its own column's words: nothing to say against them.
+    checked = evidence.check("用碎纸机销毁。", question, passages, subject_)
+    assert checked.echoed is not None
+    assert checked.other_column is None
+
+
 def test_a_figure_from_another_column_of_the_row_is_not_the_answer() -> None:
     # The issue's "wrong figure from the right passage": the row is about retention, L2 is in
     # it, and 5 is in it, but under L3.

@@ -271,6 +271,32 @@ async def test_a_heading_that_names_the_topic_by_a_verb_of_the_question_makes_it
     ]
 
 
+HANDLING = """# 信息安全守则
+
+## 各级别的处理要求
+
+| 要求 | L1 公开 | L2 内部 | L3 机密 | L4 绝密 |
+|---|---|---|---|---|
+| 销毁 | 普通回收 | 普通回收 | 碎纸机（P-4 级及以上） | 交信息安全办公室统一销毁并记录 |
+| 打印 | 允许 | 允许 | 仅限安全打印 | 须经信息安全办公室批准 |
+"""
+
+
+async def test_a_reply_that_reads_out_another_column_of_the_row_is_warned_about(
+    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+) -> None:
+    # No figure to check, and the words are the row's: but L4's, asked about an L3 file.
+    reply = "L3 机密级文件应该交信息安全办公室统一销毁并记录。"
+    use_engine(replying(reply))
+    await database_sync_to_async(upload)(tenant, "信息安全守则.md", HANDLING)
+    done = await answer(member, "L3 机密级文件应该怎么销毁？")
+    assert done["verdict"] == "unsupported"
+    text, note = done["content"].split("\n\n")
+    assert text == reply  # not cited
+    assert note.startswith("*可能答非所问：文档中这是“L4 绝密”一栏的规定")
+    assert not any(s["cited"] for s in done["sources"])
+
+
 USB = """# 信息安全守则
 
 ## 移动存储
