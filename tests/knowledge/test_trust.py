@@ -8,6 +8,7 @@ overlap)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -52,6 +53,21 @@ def set_mode(tenant: Tenant, mode: str) -> None:
     KnowledgeBase.objects.update_or_create(tenant=tenant, defaults={"mode": mode})
 
 
+Given = Callable[..., Awaitable[None]]
+
+
+@pytest.fixture
+def given(tenant: Tenant, upload: Upload, use_engine: Any) -> Given:
+    """`await given(name, text, reply=…)`: the tenant's handbook holds the document `text`, and
+    the model (a FakeRunner) replies `reply` to any question."""
+
+    async def give(name: str, text: str, *, reply: str) -> None:
+        use_engine(replying(reply))
+        await database_sync_to_async(upload)(tenant, name, text)
+
+    return give
+
+
 async def answer(member: User, question: str) -> dict[str, Any]:
     """Ask `question` in a new conversation as `member`: the reply as `reply.done` gives it."""
     socket = await connected_as(member)
@@ -61,10 +77,9 @@ async def answer(member: User, question: str) -> dict[str, Any]:
 
 
 async def test_a_supported_answer_is_cited_and_shows_the_sentence_it_rests_on(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
-    use_engine(replying("In Paris you may pay up to EUR 220 a night."))
-    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    await given("travel-policy.md", HOTELS, reply="In Paris you may pay up to EUR 220 a night.")
     socket = await connected_as(member)
     frames = await ask(socket, QUESTION)
     done = of(frames, "reply.done")[0]["reply"]
@@ -80,16 +95,15 @@ async def test_a_supported_answer_is_cited_and_shows_the_sentence_it_rests_on(
 
 
 async def test_a_count_given_in_another_unit_than_asked_is_supported(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # "How many … sessions" counts in sessions; the handbook counts appointments. What is
     # counted (free counselling) is what the sentence must be about, not the unit.
-    use_engine(replying("You get 6 free counselling sessions a year."))
-    await database_sync_to_async(upload)(
-        tenant,
+    await given(
         "benefits.md",
         "# Benefits\n\n## Counselling\n\nEvery employee gets up to 6 free counselling "
         "appointments per year, online or in person.\n\n## Gym\n\nThe gym is open from 7:00.\n",
+        reply="You get 6 free counselling sessions a year.",
     )
     done = await answer(member, "How many free counselling sessions do I get per year?")
     assert done["verdict"] == "supported"
@@ -97,16 +111,15 @@ async def test_a_count_given_in_another_unit_than_asked_is_supported(
 
 
 async def test_an_everyday_english_word_a_chinese_reply_names_is_checked(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # Written in English inside a Chinese reply, "Finance" names a department: a claim the
     # documents must hold (in an English reply it may be an everyday word). They do not.
-    use_engine(replying("需要经过 Finance 审批。"))
-    await database_sync_to_async(upload)(
-        tenant,
+    await given(
         "expenses.md",
         "# 报销\n\n## 审批\n\n报销单总额不超过 5,000 欧元的，由直属经理审批，"
         "再由部门负责人审批。\n",
+        reply="需要经过 Finance 审批。",
     )
     done = await answer(member, "报销单总额 3,000 欧元，要经过谁审批？")
     assert done["verdict"] == "unsupported"
@@ -114,11 +127,10 @@ async def test_an_everyday_english_word_a_chinese_reply_names_is_checked(
 
 
 async def test_a_figure_from_the_wrong_sentence_is_warned_about_and_not_cited(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # 48 is in the documents, as the meal allowance: not about the hotel cap.
-    use_engine(replying("The hotel cap in Paris is EUR 48 per night."))
-    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    await given("travel-policy.md", HOTELS, reply="The hotel cap in Paris is EUR 48 per night.")
     socket = await connected_as(member)
     frames = await ask(socket, QUESTION)
     done = of(frames, "reply.done")[0]["reply"]
@@ -134,10 +146,9 @@ async def test_a_figure_from_the_wrong_sentence_is_warned_about_and_not_cited(
 
 
 async def test_documents_only_replaces_an_unsupported_reply_with_what_the_documents_say(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, tenant: Tenant, given: Given
 ) -> None:
-    use_engine(replying("The hotel cap in Paris is EUR 48 per night."))
-    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    await given("travel-policy.md", HOTELS, reply="The hotel cap in Paris is EUR 48 per night.")
     await set_mode(tenant, KnowledgeBase.Mode.ONLY)
     socket = await connected_as(member)
     frames = await ask(socket, QUESTION)
@@ -176,10 +187,9 @@ DEADLINE = "How soon must I report a lost badge?"
     ],
 )
 async def test_a_reply_that_gives_no_figure_of_the_kind_asked_for_is_warned_about(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any, reply, warned, note
+    member: User, given: Given, reply, warned, note
 ) -> None:
-    use_engine(replying(reply))
-    await database_sync_to_async(upload)(tenant, "office-guide.md", BADGES)
+    await given("office-guide.md", BADGES, reply=reply)
     socket = await connected_as(member)
     frames = await ask(socket, DEADLINE)
     done = of(frames, "reply.done")[0]["reply"]
@@ -208,12 +218,11 @@ Read the IT Security Standard in Learnhub before the Security Awareness course.
 
 
 async def test_a_reply_that_only_names_things_where_a_time_was_asked_for_is_warned_about(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # Every name it gives is in a sentence about the course: it is still no answer to "how long".
     reply = "Read the IT Security Standard in Learnhub. [1]"
-    use_engine(replying(reply))
-    await database_sync_to_async(upload)(tenant, "onboarding.md", COURSES)
+    await given("onboarding.md", COURSES, reply=reply)
     done = await answer(member, "How long does the Security Awareness course take?")
     assert done["verdict"] == "unsupported"
     text, note = done["content"].split("\n\n")
@@ -223,11 +232,10 @@ async def test_a_reply_that_only_names_things_where_a_time_was_asked_for_is_warn
 
 
 async def test_documents_only_replaces_a_reply_whose_names_no_sentence_holds(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, tenant: Tenant, given: Given
 ) -> None:
     # A name the documents never give is an unsupported claim like a figure, not "no time".
-    use_engine(replying("Ask the Hogwarts helpdesk."))
-    await database_sync_to_async(upload)(tenant, "onboarding.md", COURSES)
+    await given("onboarding.md", COURSES, reply="Ask the Hogwarts helpdesk.")
     await set_mode(tenant, KnowledgeBase.Mode.ONLY)
     done = await answer(member, "How long does the Security Awareness course take?")
     assert done["verdict"] == "replaced"
@@ -256,12 +264,11 @@ CHECKUPS = """# 员工手册
 
 
 async def test_a_heading_that_names_the_topic_by_a_verb_of_the_question_makes_it_the_subject(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # jieba reads 体检 as a verb, so the question's only noun is 免费, which the deadline's
     # sentence lacks; under "四、年度体检" the health check is what the sentence is about.
-    use_engine(replying("免费体检最晚在 10 月 31 日前完成。"))
-    await database_sync_to_async(upload)(tenant, "福利.md", CHECKUPS)
+    await given("福利.md", CHECKUPS, reply="免费体检最晚在 10 月 31 日前完成。")
     done = await answer(member, "今年的免费体检最晚要在什么时候做完？")
     assert done["verdict"] == "supported"
     assert done["content"].endswith("[2]")
@@ -283,12 +290,11 @@ HANDLING = """# 信息安全守则
 
 
 async def test_a_reply_that_reads_out_another_column_of_the_row_is_warned_about(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # No figure to check, and the words are the row's: but L4's, asked about an L3 file.
     reply = "L3 机密级文件应该交信息安全办公室统一销毁并记录。"
-    use_engine(replying(reply))
-    await database_sync_to_async(upload)(tenant, "信息安全守则.md", HANDLING)
+    await given("信息安全守则.md", HANDLING, reply=reply)
     done = await answer(member, "L3 机密级文件应该怎么销毁？")
     assert done["verdict"] == "unsupported"
     text, note = done["content"].split("\n\n")
@@ -306,12 +312,11 @@ USB = """# 信息安全守则
 
 
 async def test_a_count_given_in_another_measure_word_is_warned_about(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # Asked how many digits (几位), the model gave the floor the sentence names (18 层).
     reply = "PIN 码要设 18 层。"
-    use_engine(replying(reply))
-    await database_sync_to_async(upload)(tenant, "信息安全守则.md", USB)
+    await given("信息安全守则.md", USB, reply=reply)
     socket = await connected_as(member)
     frames = await ask(socket, "加密 U 盘的 PIN 码要设几位？")
     done = of(frames, "reply.done")[0]["reply"]
@@ -348,13 +353,12 @@ async def off_subject_note(member: User, question: str, reply: str) -> str:
 
 
 async def test_a_reply_whose_words_come_only_from_sentences_about_something_else_is_warned(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # No figure or name to check, and the passage holds its words ("the offices are closed"),
     # but only in a sentence about company days, not in one about core hours.
     reply = "On a Wednesday the offices are closed for meetings."
-    use_engine(replying(reply))
-    await database_sync_to_async(upload)(tenant, "remote-work.md", HOURS)
+    await given("remote-work.md", HOURS, reply=reply)
     note = await off_subject_note(
         member, "On a Wednesday, must I be available for meetings?", reply
     )
@@ -374,14 +378,13 @@ TRAVEL_ZH = """# 差旅
 
 
 async def test_a_copied_sentence_about_something_else_is_warned_whatever_negation_it_holds(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # Asked when business class is allowed, the reply reads out the meal subsidy's sentence.
     # Its "不再" is the passage's, not the reply answering "no", and the "按" it shares with
     # the sentence about business class is a preposition, not a word it rests on.
     reply = "出差期间按差旅政策领取出差补贴，不再发放餐补。"
-    use_engine(replying(reply))
-    await database_sync_to_async(upload)(tenant, "travel.md", TRAVEL_ZH)
+    await given("travel.md", TRAVEL_ZH, reply=reply)
     note = await off_subject_note(member, "出差什么情况下可以坐商务舱？", reply)
     assert "讲的是别的事情" in note
 
@@ -399,12 +402,11 @@ Keep the original receipts for ten years.
 
 
 async def test_a_one_word_answer_is_cited_by_the_sentence_about_the_question_that_holds_it(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # "Thursday" is no figure, and one word is too little to cite a passage by its words: the
     # sentence about the question that holds it is what it rests on.
-    use_engine(replying("Approved expense reports are paid out on Thursday."))
-    await database_sync_to_async(upload)(tenant, "expenses.md", PAYMENTS)
+    await given("expenses.md", PAYMENTS, reply="Approved expense reports are paid out on Thursday.")
     socket = await connected_as(member)
     frames = await ask(socket, "On which weekday are approved expense reports paid out?")
     done = of(frames, "reply.done")[0]["reply"]
@@ -469,13 +471,12 @@ async def test_a_follow_up_asking_again_for_another_case_is_warned_when_it_gives
 
 
 async def test_a_short_new_question_after_a_document_answer_is_not_taken_for_a_follow_up(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, given: Given
 ) -> None:
     # "Name one colour." is short, but says nothing that leans back ("one" is a numeral here):
     # it is not searched or judged as "Name one colour. (hotel, Paris...)", and does not rest
     # on the hotel passage the conversation was given (CI's browser test caught this).
-    use_engine(replying("In Paris you may pay up to EUR 220 a night."))
-    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    await given("travel-policy.md", HOTELS, reply="In Paris you may pay up to EUR 220 a night.")
     socket = await connected_as(member)
     first = of(await ask(socket, QUESTION), "reply.done")[0]["reply"]
     session = (await database_sync_to_async(Message.objects.get)(id=first["id"])).session_id
@@ -487,13 +488,12 @@ async def test_a_short_new_question_after_a_document_answer_is_not_taken_for_a_f
 
 
 async def test_a_cached_reply_made_from_an_answer_keeps_its_sources_and_quotes(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, tenant: Tenant, given: Given
 ) -> None:
     from chat.cached_replies import candidate_promote
     from chat.models import CachedReplyCandidate
 
-    use_engine(replying("In Paris you may pay up to EUR 220 a night."))
-    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    await given("travel-policy.md", HOTELS, reply="In Paris you may pay up to EUR 220 a night.")
     socket = await connected_as(member)
     done = of(await ask(socket, QUESTION), "reply.done")[0]["reply"]
 
@@ -523,10 +523,9 @@ async def test_a_cached_reply_made_from_an_answer_keeps_its_sources_and_quotes(
 
 
 async def test_the_share_and_the_markdown_export_carry_the_quotes(
-    member: User, tenant: Tenant, upload: Upload, use_engine: Any
+    member: User, tenant: Tenant, given: Given
 ) -> None:
-    use_engine(replying("In Paris you may pay up to EUR 220 a night."))
-    await database_sync_to_async(upload)(tenant, "travel-policy.md", HOTELS)
+    await given("travel-policy.md", HOTELS, reply="In Paris you may pay up to EUR 220 a night.")
     socket = await connected_as(member)
     done = of(await ask(socket, QUESTION), "reply.done")[0]["reply"]
     await socket.disconnect()
