@@ -367,16 +367,24 @@ def other_cell(
     row = cells(sentence.text)
     if row is None:
         return False
-    heads = presence([Sentence(sentence.number, 0, 0, header) for header, _ in row])
-    if core is not None:
-        heads = [held & set(core) for held in heads]
     values = [Sentence(sentence.number, 0, 0, value) for _, value in row]
     holding = [i for i, value in enumerate(values) if holds(value, claim)]
-    # Each column holding the claim has a sibling whose header names more of the question.
-    return bool(holding) and all(
+    outranked = _outranked(sentence.number, row, presence, core)
+    return bool(holding) and all(outranked[i] for i in holding)
+
+
+def _outranked(
+    number: int, row: Sequence[tuple[str, str]], presence: Presence, core: Collection[str] | None
+) -> list[bool]:
+    """For each column of a table row: whether a sibling column's header (`_siblings`) names
+    more of the question than its own. Only the question's own terms (`core`) name a column."""
+    heads = presence([Sentence(number, 0, 0, header) for header, _ in row])
+    if core is not None:
+        heads = [held & set(core) for held in heads]
+    return [
         any(heads[j] > heads[i] and _siblings(row[i][0], row[j][0]) for j in range(len(row)))
-        for i in holding
-    )
+        for i in range(len(row))
+    ]
 
 
 def _other_column(
@@ -398,12 +406,7 @@ def _other_column(
     best = max(range(len(row)), key=lambda i: shared[i])
     if shared[best] < 2:
         return None
-    heads = presence([Sentence(sentence.number, 0, 0, header) for header, _ in row])
-    if core is not None:
-        heads = [held & set(core) for held in heads]
-    if any(heads[j] > heads[best] and _siblings(row[best][0], row[j][0]) for j in range(len(row))):
-        return row[best][0]
-    return None
+    return row[best][0] if _outranked(sentence.number, row, presence, core)[best] else None
 
 
 def other_condition(sentence: Sentence, claim: Claim, asked: Sequence[tuple[float, str]]) -> bool:
