@@ -68,6 +68,9 @@ def test_a_question_is_given_numbered_passages_as_data_after_the_instructions(
     system, question = turn.conversation
     assert system.role == "system"
     assert "<passages>" in system.content  # the instructions name the markers
+    # What to do when nothing is found is said only then: the 0.5B read "no passages were
+    # found" in the instructions back as its answer to questions whose passages it was given.
+    assert "found" not in system.content
     assert question.role == "user"
     assert question.content.startswith("<passages>\n[1] Travel policy — Hotels\n")
     assert question.content.endswith("</passages>\n\nQuestion: What is the hotel cap per night?")
@@ -116,6 +119,7 @@ def test_the_documents_answering_nothing_is_said_and_documents_only_declines(
     turn = send(member, handbook, "zzz qqq xxx")
     assert turn.user_message.grounding == "none_found"
     assert prompt.NONE_FOUND in turn.conversation[-1].content
+    assert "general knowledge" in turn.conversation[-1].content  # the instruction comes with it
     answer(turn, "The documents do not cover it.")
     KnowledgeBase.objects.filter(tenant=handbook).update(mode=KnowledgeBase.Mode.ONLY)
     plan = turn_prepare_send(user=member, tenant=handbook, session_id=None, content="zzz qqq xxx")
